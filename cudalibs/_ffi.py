@@ -1,0 +1,224 @@
+"""The one mechanism that binds C functions from a declarative table.
+
+Each library package has a ``_lib.py`` holding nothing but ctypes types and a list of
+:class:`Proto` rows, one per C function, with the exact C signature written as a comment
+above the row.  :func:`bind` turns such a table into a :class:`BoundLibrary` once, when the
+library is first used: every row gets ``restype`` and ``argtypes`` set (so ctypes never
+truncates a 64-bit pointer to ``int``), and a row whose symbol the loaded library does not
+export becomes a stub that raises :class:`~cudalibs.errors.FunctionNotFoundError` when it is
+*called*, not at import, so one missing newer function never breaks the rest.
+
+Status codes are checked inline by the callers (``if st: raise ...``) rather than with
+ctypes' ``errcheck`` hook, which costs roughly three times more per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, NamedTuple, Sequence
+
+from .errors import FunctionNotFoundError
+
+__all__ = ["Proto", "BoundLibrary", "LazyLibrary", "bind", "make_raiser", "opaque_handle"]
+
+
+class Proto(NamedTuple):
+    """One C function: its exported name, return type and argument types.
+
+    Parameters
+    ----------
+    name : str
+        The exported symbol, versioned where the vendor versions it (``cuMemAlloc_v2``).
+    restype : ctypes type or None
+        The C return type.
+    argtypes : sequence of ctypes types
+        The C parameter types, in order.
+    since : str, optional
+        The first library version that exports it (``"CUDA 12.8"``), quoted in the error
+        raised when the loaded library lacks it.
+    """
+
+    name: str
+    restype: Any
+    argtypes: Sequence[Any]
+    since: str | None = None
+
+
+class _Missing:
+    """Stand-in for a function the loaded library does not export."""
+
+    __slots__ = ("name", "library", "since", "path")
+
+    def __init__(self, name: str, library: str, since: str | None, path: str | None):
+        self.name = name
+        self.library = library
+        self.since = since
+        self.path = path
+
+    def __call__(self, *args):
+        raise FunctionNotFoundError(self.name, self.library, self.since, self.path)
+
+    def __bool__(self) -> bool:  # lets callers write ``if lib.cuStreamGetDevice:``
+        return False
+
+    def __repr__(self) -> str:
+        return f"<missing {self.library} function {self.name}>"
+
+
+class BoundLibrary:
+    """A loaded shared library with every row of its prototype table bound as an attribute.
+
+    Attributes are plain ctypes function pointers, so ``lib.cuMemAlloc_v2(...)`` costs one
+    attribute lookup and the ctypes call itself.
+    """
+
+    def __init__(self, name: str, cdll: ctypes.CDLL, path: str | None, table: Sequence[Proto]):
+        self._name = name
+        self._cdll = cdll
+        self._path = path
+        self._table = {p.name: p for p in table}
+        self._missing: list[str] = []
+        for proto in table:
+            try:
+                fn = getattr(cdll, proto.name)
+            except AttributeError:
+                setattr(self, proto.name, _Missing(proto.name, name, proto.since, path))
+                self._missing.append(proto.name)
+                continue
+            fn.restype = proto.restype
+            fn.argtypes = list(proto.argtypes)
+            setattr(self, proto.name, fn)
+
+    @property
+    def name(self) -> str:
+        """Short name of the library (``"cuda"``, ``"cublas"``, ...)."""
+        return self._name
+
+    @property
+    def path(self) -> str | None:
+        """Absolute path of the loaded file, where known."""
+        return self._path
+
+    @property
+    def table(self) -> dict[str, Proto]:
+        """The prototype rows this library was bound from, by name."""
+        return dict(self._table)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Names in the table that the loaded library does not export."""
+        return tuple(self._missing)
+
+    def has(self, name: str) -> bool:
+        """Whether the loaded library exports ``name`` (and the table declares it)."""
+        return name in self._table and name not in self._missing
+
+    def __repr__(self) -> str:
+        n = len(self._table) - len(self._missing)
+        return f"<BoundLibrary {self._name} {self._path!r}: {n}/{len(self._table)} functions bound>"
+
+
+def bind(name: str, cdll: ctypes.CDLL, path: str | None, table: Sequence[Proto]) -> BoundLibrary:
+    """Bind a prototype table against a loaded library (see :class:`BoundLibrary`)."""
+    seen: set[str] = set()
+    for proto in table:
+        if proto.name in seen:
+            raise ValueError(f"{name} prototype table declares {proto.name} twice")
+        seen.add(proto.name)
+    return BoundLibrary(name, cdll, path, table)
+
+
+def opaque_handle(c_name: str) -> Any:
+    """A distinct ``POINTER(struct)`` type for one kind of opaque C handle.
+
+    Passing a cuBLAS handle where a cuDNN one belongs then fails inside ctypes with an
+    ``ArgumentError`` instead of reaching the library.
+    """
+    struct = type(c_name, (ctypes.Structure,), {"_fields_": []})
+    return ctypes.POINTER(struct)
+
+
+class LazyLibrary:
+    """Loads (through :mod:`cudalibs._loader`) and binds one library on first call.
+
+    Each ``_lib.py`` ends with ``get = LazyLibrary("cublas", TABLE)``; wrappers call
+    ``_lib.get()`` and receive the same :class:`BoundLibrary` every time.  Importing cudalibs
+    therefore never loads a library, and a machine without one imports fine.
+    """
+
+    __slots__ = ("name", "table", "_bound", "_lock")
+
+    def __init__(self, name: str, table: Sequence[Proto]):
+        import threading
+
+        self.name = name
+        self.table = tuple(table)
+        self._bound: BoundLibrary | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> BoundLibrary:
+        bound = self._bound
+        if bound is not None:
+            return bound
+        from . import _loader
+
+        with self._lock:
+            if self._bound is None:
+                cdll, info = _loader.load(self.name)
+                self._bound = bind(self.name, cdll, info.path, self.table)
+            return self._bound
+
+    def available(self) -> bool:
+        """Whether the library can be loaded (loads it if so)."""
+        from .errors import LibraryNotFoundError
+
+        try:
+            self()
+        except LibraryNotFoundError:
+            return False
+        return True
+
+    def _reset(self) -> None:
+        """Forget the bound library (tests exercise the loader again with this)."""
+        with self._lock:
+            self._bound = None
+
+    def __repr__(self) -> str:
+        state = "bound" if self._bound is not None else "not loaded"
+        return f"<LazyLibrary {self.name} ({len(self.table)} prototypes, {state})>"
+
+
+def make_raiser(error_cls, message=None, detail=None):
+    """Build the ``raise_for(status, function)`` helper of one library.
+
+    Parameters
+    ----------
+    error_cls : type
+        A :class:`~cudalibs.errors.StatusError` subclass.
+    message : callable, optional
+        ``message(status) -> str``: the vendor's description of a status (``cuGetErrorString``).
+    detail : callable, optional
+        ``detail() -> str``: further state from the library (``cudnnGetLastErrorString``).
+
+    Either callable failing (library gone, function missing) never hides the original error.
+    Callers check inline, ``if st: raise_for(st, "cuMemAlloc_v2")``, so a successful call pays
+    nothing for this.
+    """
+
+    def raise_for(status: int, function: str, extra: str | None = None):
+        msg = det = None
+        if message is not None:
+            try:
+                msg = message(status)
+            except Exception:
+                msg = None
+        if detail is not None:
+            try:
+                det = detail() or None
+            except Exception:
+                det = None
+        if extra:
+            det = f"{det}\n{extra}" if det else extra
+        raise error_cls.from_status(status, function, msg, det)
+
+    return raise_for

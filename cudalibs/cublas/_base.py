@@ -1,0 +1,57 @@
+"""What every cuBLAS / cuBLASLt wrapper shares: the status check and the library versions.
+
+cuBLAS and cuBLASLt return the same ``cublasStatus_t``; both raise
+:class:`~cudalibs.errors.CublasError` with the message of ``cublasGetStatusString``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from .. import _ffi
+from ..errors import CublasError
+from . import _lib
+
+__all__ = ["raise_for", "version", "lt_version"]
+
+
+def _status_string(status: int) -> str:
+    text = _lib.get().cublasGetStatusString(status)
+    return text.decode() if text else ""
+
+
+raise_for = _ffi.make_raiser(CublasError, message=_status_string)
+raise_for.__doc__ = """Raise :class:`~cudalibs.errors.CublasError` for ``status`` from ``function``.
+"""
+
+
+def version() -> tuple[int, int, int]:
+    """The version of the loaded cuBLAS library.
+
+    Needs no GPU (``cublasGetProperty``, not ``cublasGetVersion_v2``, which takes a handle).
+
+    Returns
+    -------
+    tuple of int
+        ``(major, minor, patch)``, for example ``(13, 1, 0)``.
+    """
+    lib = _lib.get()
+    parts = []
+    for prop in (_lib.MAJOR_VERSION, _lib.MINOR_VERSION, _lib.PATCH_LEVEL):
+        value = ctypes.c_int()
+        st = lib.cublasGetProperty(prop, ctypes.byref(value))
+        if st:
+            raise_for(st, "cublasGetProperty")
+        parts.append(value.value)
+    return tuple(parts)
+
+
+def lt_version() -> int:
+    """The version of the loaded cuBLASLt library, as one number.
+
+    Returns
+    -------
+    int
+        ``major * 10000 + minor * 100 + patch`` (``130100`` for 13.1.0).
+    """
+    return int(_lib.get_lt().cublasLtGetVersion())

@@ -1,0 +1,21 @@
+"""The CUDA driver API: devices, memory, arrays, streams and events.
+
+Raw prototypes live in :mod:`cudalibs.driver._lib`; everything here is the Pythonic layer that
+the cuBLAS, cuDNN and NCCL bindings share.
+"""
+
+from ._core import driver_version, init, is_available
+from .array import (DeviceArray, asarray, empty, empty_like, from_dlpack, full, full_like,
+                    to_device, zeros, zeros_like)
+from .device import Device, DeviceProperties, as_device, current_device, device_count
+from .memory import DeviceBuffer, HostBuffer, MemoryPool, alloc, alloc_async, pinned_empty
+from .stream import Event, Stream, as_stream, current_stream, default_stream
+
+__all__ = [
+    "Device", "DeviceProperties", "current_device", "device_count", "as_device",
+    "DeviceBuffer", "HostBuffer", "MemoryPool", "alloc", "alloc_async", "pinned_empty",
+    "DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
+    "full_like", "asarray", "from_dlpack",
+    "Stream", "Event", "current_stream", "default_stream", "as_stream",
+    "driver_version", "is_available", "init",
+]

@@ -1,0 +1,81 @@
+"""Shared plumbing of the driver wrappers: the bound library, status checks, cuInit.
+
+Kept apart from ``_lib.py`` (which holds only types and prototypes) so that every wrapper
+module raises the same :class:`~cudalibs.errors.CudaError`, with the driver's own name and
+description of the status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from .._ffi import make_raiser
+from ..errors import CudaError, LibraryNotFoundError
+from . import _lib
+
+__all__ = ["lib", "raise_for", "init", "driver_version", "is_available"]
+
+
+def lib():
+    """The bound driver library (loads libcuda on first use)."""
+    return _lib.get()
+
+
+def _message(status: int) -> str | None:
+    text = ctypes.c_char_p()
+    if _lib.get().cuGetErrorString(status, ctypes.byref(text)) == 0 and text.value:
+        return text.value.decode()
+    return None
+
+
+raise_for = make_raiser(CudaError, message=_message)
+
+_init_lock = threading.Lock()
+_init_done = False
+
+
+def init():
+    """Run ``cuInit(0)`` once per process and return the bound library.
+
+    Raises
+    ------
+    LibraryNotFoundError
+        No NVIDIA driver (libcuda) could be loaded.
+    CudaError
+        The driver failed to initialise (``CUDA_ERROR_NO_DEVICE`` on a machine without a GPU,
+        ``CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE``, ...).
+    """
+    global _init_done
+    L = _lib.get()
+    if _init_done:
+        return L
+    with _init_lock:
+        if not _init_done:
+            st = L.cuInit(0)
+            if st:
+                raise_for(st, "cuInit")
+            _init_done = True
+    return L
+
+
+def driver_version() -> tuple[int, int]:
+    """The CUDA version the installed driver supports, as ``(major, minor)``.
+
+    Needs only libcuda, not a GPU.
+    """
+    v = ctypes.c_int()
+    st = _lib.get().cuDriverGetVersion(ctypes.byref(v))
+    if st:
+        raise_for(st, "cuDriverGetVersion")
+    return v.value // 1000, (v.value % 1000) // 10
+
+
+def is_available() -> bool:
+    """Whether a driver is installed and at least one GPU is usable."""
+    try:
+        L = init()
+    except (LibraryNotFoundError, CudaError):
+        return False
+    n = ctypes.c_int()
+    return L.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0

@@ -1,0 +1,875 @@
+"""DeviceArray: shape, dtype and strides over device memory, numpy-like.
+
+A :class:`DeviceArray` views bytes of one device: a :class:`~cudalibs.driver.memory.DeviceBuffer`
+it owns (from :func:`empty`, :func:`to_device`, ...) or memory it borrows from another library
+(:func:`asarray` over a PyTorch/CuPy/numba array, :func:`from_dlpack`), which it keeps alive.
+Strides are in bytes, as in numpy; slicing, ``.T``, ``.transpose`` and ``.reshape`` of
+contiguous data are views that share the memory.
+
+Every library function of cudalibs accepts a DeviceArray or anything exposing
+``__cuda_array_interface__`` or ``__dlpack__``; :func:`asarray` is the one conversion they use.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..errors import ClosedError
+from . import _copy, _dlpack, _lib
+from ._core import raise_for
+from .device import Device, as_device
+from .memory import DeviceBuffer, _check_nbytes
+from .stream import Event, Stream, as_stream, current_stream
+
+__all__ = ["DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
+           "full_like", "asarray", "from_dlpack"]
+
+_HOST_MAX_COPY = 1 << 62
+
+
+def _normalize_shape(shape) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+    for s in dims:
+        if s < 0:
+            raise ValueError(f"negative dimension {s} in shape {dims}")
+    return dims
+
+
+def _c_strides(shape, itemsize) -> tuple[int, ...]:
+    strides = []
+    acc = itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _nbytes(shape, itemsize) -> int:
+    n = itemsize
+    for s in shape:
+        n *= s
+    return _check_nbytes(n)
+
+
+class DeviceArray:
+    """An n-dimensional array in device memory.
+
+    Not constructed directly: use :func:`empty`, :func:`zeros`, :func:`full`,
+    :func:`to_device`, :func:`asarray` or :func:`from_dlpack`.
+
+    Attributes
+    ----------
+    shape : tuple of int
+    dtype : numpy.dtype
+    strides : tuple of int
+        Bytes between consecutive elements of each dimension.
+    device : Device
+    ptr : int
+        Address of the first element.
+    """
+
+    __slots__ = ("_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf", "_owner",
+                 "__weakref__")
+
+    def __init__(self):
+        raise TypeError("use cudalibs.empty(), zeros(), to_device(), asarray() or from_dlpack()")
+
+    @classmethod
+    def _view(cls, ptr, shape, strides, dt, device, buf, owner) -> "DeviceArray":
+        self = object.__new__(cls)
+        self._ptr = ptr
+        self._shape = shape
+        self._strides = strides
+        self._dt = dt
+        self._dtype = dt.numpy
+        self._device = device
+        self._buf = buf
+        self._owner = owner
+        return self
+
+    @classmethod
+    def from_buffer(cls, buffer: DeviceBuffer, shape, dtype, strides=None, offset: int = 0):
+        """View ``buffer`` as an array; the array keeps the buffer alive.
+
+        Raises
+        ------
+        ValueError
+            The view would reach outside the buffer.
+        """
+        dt = _dtypes.lookup(dtype)
+        shape = _normalize_shape(shape)
+        strides = _c_strides(shape, dt.itemsize) if strides is None else tuple(
+            operator.index(s) for s in strides)
+        if len(strides) != len(shape):
+            raise ValueError(f"strides {strides} do not match shape {shape}")
+        lo, hi = _extent(shape, strides, dt.itemsize)
+        if any(n == 0 for n in shape):
+            lo = hi = 0
+        if offset + lo < 0 or offset + hi > buffer.size:
+            raise ValueError(f"a view of shape {shape}, strides {strides} at offset {offset} "
+                             f"reaches bytes [{offset + lo}, {offset + hi}) of a "
+                             f"{buffer.size}-byte buffer")
+        return cls._view(buffer.ptr + offset, shape, strides, dt, buffer.device, buffer, None)
+
+    # -- basic properties -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self._strides
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def ptr(self) -> int:
+        """Device address of the first element (checks the memory is still alive)."""
+        buf = self._buf
+        if buf is not None and buf._ptr is None:
+            raise ClosedError("the buffer under this array is closed")
+        return self._ptr
+
+    data_ptr = ptr
+
+    @property
+    def base(self):
+        """The :class:`DeviceBuffer` or foreign object that owns the memory."""
+        return self._buf if self._buf is not None else self._owner
+
+    @property
+    def closed(self) -> bool:
+        buf = self._buf
+        return buf is not None and buf._ptr is None
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return self.size == 0 or _is_c_contig(self._shape, self._strides, self._dtype.itemsize)
+
+    @property
+    def is_f_contiguous(self) -> bool:
+        if self.size == 0:
+            return True
+        return _is_c_contig(self._shape[::-1], self._strides[::-1], self._dtype.itemsize)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    def _check(self) -> int:
+        buf = self._buf
+        if buf is not None and buf._ptr is None:
+            raise ClosedError("the buffer under this array is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Free the memory now if this array's buffer owns it (views of it become unusable)."""
+        if self._buf is not None:
+            self._buf.close()
+        self._owner = None
+
+    def __enter__(self) -> "DeviceArray":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- views ------------------------------------------------------------------------------
+    def __getitem__(self, key) -> "DeviceArray":
+        self._check()
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis")
+        if n_real > self.ndim:
+            raise IndexError(f"too many indices for a {self.ndim}-d array")
+        expanded = []
+        for k in key:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(k)
+        if Ellipsis not in key:
+            expanded.extend([slice(None)] * (self.ndim - n_real))
+        ptr = self._ptr
+        shape, strides = [], []
+        axis = 0
+        for k in expanded:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, st = self._shape[axis], self._strides[axis]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                length = len(range(start, stop, step))
+                if length:
+                    ptr += start * st
+                shape.append(length)
+                strides.append(st * step)
+            else:
+                try:
+                    i = operator.index(k)
+                except TypeError:
+                    raise TypeError(
+                        f"only integers, slices, ... and None index a DeviceArray, not "
+                        f"{type(k).__name__} (advanced indexing needs a gather kernel; index "
+                        "the host copy from .get() instead)") from None
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+                ptr += (i % n) * st
+            axis += 1
+        return DeviceArray._view(ptr, tuple(shape), tuple(strides), self._dt, self._device,
+                                 self._buf, self._owner)
+
+    def __setitem__(self, key, value) -> None:
+        view = self[key]
+        if np.isscalar(value) or (isinstance(value, np.ndarray) and value.ndim == 0):
+            view.fill(value)
+        else:
+            view.copy_(value)
+
+    def transpose(self, *axes) -> "DeviceArray":
+        """A view with the axes permuted (reversed when none are given)."""
+        self._check()
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(range(self.ndim))[::-1]
+        axes = tuple(operator.index(a) % self.ndim if self.ndim else a for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of {self.ndim} dimensions")
+        return DeviceArray._view(self._ptr, tuple(self._shape[a] for a in axes),
+                                 tuple(self._strides[a] for a in axes), self._dt, self._device,
+                                 self._buf, self._owner)
+
+    @property
+    def T(self) -> "DeviceArray":
+        """The transpose: a view, never a copy."""
+        return self.transpose()
+
+    def reshape(self, *shape) -> "DeviceArray":
+        """A view with a new shape; the data must be C-contiguous (``-1`` infers one
+        dimension).
+
+        Raises
+        ------
+        ValueError
+            The sizes differ, or the data is not C-contiguous (use ``.copy()`` first).
+        """
+        self._check()
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = tuple(operator.index(s) for s in shape)
+        if shape.count(-1) > 1:
+            raise ValueError("only one dimension can be -1")
+        known = 1
+        for s in shape:
+            if s != -1:
+                if s < 0:
+                    raise ValueError(f"negative dimension {s} in shape {shape}")
+                known *= s
+        if -1 in shape:
+            if known == 0 or self.size % known:
+                raise ValueError(f"cannot reshape an array of size {self.size} into {shape}")
+            shape = tuple(self.size // known if s == -1 else s for s in shape)
+        total = 1
+        for s in shape:
+            total *= s
+        if total != self.size:
+            raise ValueError(f"cannot reshape an array of size {self.size} into shape {shape}")
+        if not self.is_c_contiguous:
+            raise ValueError("reshape needs C-contiguous data; call .copy() first")
+        return DeviceArray._view(self._ptr, shape, _c_strides(shape, self.itemsize), self._dt,
+                                 self._device, self._buf, self._owner)
+
+    def ravel(self) -> "DeviceArray":
+        """A 1-d view of C-contiguous data."""
+        return self.reshape(-1)
+
+    def view(self, dtype) -> "DeviceArray":
+        """The same bytes seen as another dtype of the same item size."""
+        self._check()
+        dt = _dtypes.lookup(dtype)
+        if dt.itemsize != self.itemsize:
+            raise ValueError(f"view as {dt.name} needs item size {self.itemsize}, not "
+                             f"{dt.itemsize}")
+        return DeviceArray._view(self._ptr, self._shape, self._strides, dt, self._device,
+                                 self._buf, self._owner)
+
+    # -- transfers --------------------------------------------------------------------------
+    def get(self, out: np.ndarray | None = None, stream=None, *, blocking: bool = True):
+        """Copy to the host.
+
+        Parameters
+        ----------
+        out : numpy.ndarray, optional
+            Destination of the same shape and dtype (pinned memory makes the copy truly
+            asynchronous when ``blocking=False``).
+        stream : Stream, optional
+            Stream the copy is queued on; the current stream by default.
+        blocking : bool, default True
+            Wait for the copy to finish before returning.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
+        src_ptr = self._check()
+        s = as_stream(stream, self._device)
+        if out is None:
+            out = np.empty(self._shape, dtype=self._dtype)
+        else:
+            _check_host(out, self._shape, self._dtype, "out", writable=True)
+        if self.size == 0:
+            return out
+        L = _lib.get()
+        L.cuCtxSetCurrent(self._device._ctx)
+        src_shape, src_strides, flips, bcast = _positive_view(self._shape, self._strides)
+        src_ptr += sum((n - 1) * st for n, st, f in zip(self._shape, self._strides, flips) if f)
+        direct = not (any(flips) or any(bcast)) and out.flags.c_contiguous
+        tmp = out if direct else np.empty(src_shape, dtype=self._dtype)
+        _copy.copy(_copy.HOST, tmp.ctypes.data, tmp.strides, _copy.DEVICE, src_ptr,
+                   src_strides, src_shape, self.itemsize, s._h)
+        if blocking or not direct:
+            st = L.cuStreamSynchronize(s._h)
+            if st:
+                raise_for(st, "cuStreamSynchronize")
+        if not direct:
+            host = tmp[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
+            out[...] = np.broadcast_to(host, self._shape)
+        return out
+
+    def copy_(self, src, stream=None) -> "DeviceArray":
+        """Copy ``src`` (a host array, DeviceArray, or any CAI/DLPack array) into this array.
+
+        Shapes and dtypes must match exactly (no casting, no broadcasting of device sources;
+        host sources broadcast).
+
+        Raises
+        ------
+        ValueError, TypeError
+            Shape or dtype mismatch, or this array has overlapping elements.
+        """
+        dst_ptr = self._check()
+        s = as_stream(stream, self._device)
+        if isinstance(src, np.ndarray) or not _is_device_array_like(src):
+            host = np.asarray(src)
+            if host.dtype != self._dtype:
+                raise TypeError(f"copy_ from {host.dtype} into {self._dtype}: dtypes must match "
+                                "(convert on the host with astype first)")
+            if host.shape != self._shape:
+                try:
+                    host = np.broadcast_to(host, self._shape)
+                except ValueError:
+                    raise ValueError(f"cannot copy an array of shape {host.shape} into one of "
+                                     f"shape {self._shape}") from None
+            _h2d(self, dst_ptr, host, s)
+            return self
+        other = asarray(src)
+        if other._dtype != self._dtype:
+            raise TypeError(f"copy_ from {other._dtype} into {self._dtype}: dtypes must match")
+        if other._shape != self._shape:
+            raise ValueError(f"cannot copy an array of shape {other._shape} into one of shape "
+                             f"{self._shape}")
+        _d2d(self, dst_ptr, other, s)
+        return self
+
+    def copy(self, stream=None) -> "DeviceArray":
+        """A new C-contiguous array with the same contents."""
+        out = empty(self._shape, self._dt, device=self._device, stream=stream)
+        return out.copy_(self, stream)
+
+    def fill(self, value, stream=None) -> "DeviceArray":
+        """Set every element to ``value`` (converted to this dtype without overflow)."""
+        dst_ptr = self._check()
+        s = as_stream(stream, self._device)
+        if self.size == 0:
+            return self
+        try:
+            pattern = np.array(value, dtype=self._dtype)
+        except (OverflowError, ValueError, TypeError) as exc:
+            raise ValueError(f"cannot fill a {self._dtype} array with {value!r}: {exc}") from None
+        if pattern.ndim:
+            raise ValueError("fill takes a scalar; use copy_ for arrays")
+        if not self.is_c_contiguous:
+            self.copy_(full(self._shape, pattern, device=self._device, stream=s), s)
+            return self
+        L = _lib.get()
+        L.cuCtxSetCurrent(self._device._ctx)
+        raw = pattern.tobytes()
+        nbytes = self.nbytes
+        size = len(raw)
+        if size == 1:
+            st, fn = L.cuMemsetD8Async(dst_ptr, raw[0], nbytes, s._h), "cuMemsetD8Async"
+        elif size == 2:
+            st, fn = L.cuMemsetD16Async(dst_ptr, int.from_bytes(raw, "little"), nbytes // 2,
+                                        s._h), "cuMemsetD16Async"
+        elif size % 4 == 0 and raw == raw[:4] * (size // 4):
+            st, fn = L.cuMemsetD32Async(dst_ptr, int.from_bytes(raw[:4], "little"), nbytes // 4,
+                                        s._h), "cuMemsetD32Async"
+        else:
+            # 8- and 16-byte patterns: seed one block from the host, then double it on the
+            # device, so the host sends at most 64 KiB whatever the array's size.
+            count = min(self.size, max(1, 65536 // size))
+            seed = np.full(count, pattern, dtype=self._dtype)
+            st = L.cuMemcpyHtoDAsync_v2(dst_ptr, seed.ctypes.data, seed.nbytes, s._h)
+            if st:
+                raise_for(st, "cuMemcpyHtoDAsync_v2")
+            done = seed.nbytes
+            while done < nbytes:
+                n = min(done, nbytes - done)
+                st = L.cuMemcpyDtoDAsync_v2(dst_ptr + done, dst_ptr, n, s._h)
+                if st:
+                    raise_for(st, "cuMemcpyDtoDAsync_v2")
+                done += n
+            return self
+        if st:
+            raise_for(st, fn)
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a DeviceArray cannot be viewed as a numpy array without a copy")
+        a = self.get()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    # -- interchange ------------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        ptr = self._check()
+        s = current_stream()
+        h = s._handle
+        return {
+            "shape": self._shape,
+            "typestr": self._dtype.str,
+            "descr": [("", self._dtype.str)],
+            "data": (ptr if self.size else 0, False),
+            "strides": None if self.is_c_contiguous else self._strides,
+            "version": 3,
+            # CAI spells the legacy default stream 1; 0 is not allowed.
+            "stream": 1 if h == 0 else h,
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_dlpack.kDLCUDA, self._device.ordinal)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule (versioned when the consumer asks for >= 1.0).
+
+        ``stream`` is the consumer's stream: work queued on the current stream so far is made
+        to precede it (``-1`` skips that).
+        """
+        ptr = self._check()
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"cannot export to device {dl_device}; data is on "
+                              f"{self.__dlpack_device__()} (copy is not supported)")
+        if copy:
+            raise BufferError("DeviceArray does not copy on DLPack export")
+        # DLPack: None means the consumer uses the legacy default stream; -1 means no sync.
+        if stream != -1:
+            _order_before(current_stream(), 1 if stream is None else stream, self._device)
+        item = self.itemsize
+        for st in self._strides:
+            if st % item:
+                raise BufferError("strides are not a multiple of the item size; DLPack cannot "
+                                  "describe this view")
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        return _dlpack.export(ptr if self.size else 0, self._shape,
+                              tuple(st // item for st in self._strides), self._dt.dlpack,
+                              _dlpack.kDLCUDA, self._device.ordinal, self, versioned)
+
+    # -- display ----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        head = f"shape={self._shape}, dtype={self._dtype}, device={self._device.ordinal}"
+        if self.closed:
+            return f"<DeviceArray closed, {head}>"
+        if self.size <= 1000:
+            try:
+                body = np.array2string(self.get(), separator=", ", prefix="DeviceArray(")
+                return f"DeviceArray({body}, dtype={self._dtype}, device={self._device.ordinal})"
+            except Exception:
+                pass
+        return f"<DeviceArray {head}, ptr=0x{self._ptr:x}>"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _extent(shape, strides, itemsize) -> tuple[int, int]:
+    lo = hi = 0
+    for n, st in zip(shape, strides):
+        if n == 0:
+            continue
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi + itemsize
+
+
+def _is_c_contig(shape, strides, itemsize) -> bool:
+    acc = itemsize
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != acc:
+            return False
+        acc *= n
+    return True
+
+
+def _positive_view(shape, strides):
+    """Flip reversed axes and collapse broadcast (stride 0) axes to length 1.
+
+    Returns the new shape and strides plus, per axis, whether it was flipped or collapsed.
+    """
+    flips = tuple(st < 0 and n > 1 for n, st in zip(shape, strides))
+    bcast = tuple(st == 0 and n > 1 for n, st in zip(shape, strides))
+    new_shape = tuple(1 if b else n for n, b in zip(shape, bcast))
+    new_strides = tuple(-st if f else st for st, f in zip(strides, flips))
+    return new_shape, new_strides, flips, bcast
+
+
+def _has_overlap(shape, strides) -> bool:
+    return any(st == 0 and n > 1 for n, st in zip(shape, strides))
+
+
+def _check_host(arr, shape, dtype, what, writable=False):
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array, not {type(arr).__name__}")
+    if arr.shape != shape:
+        raise ValueError(f"{what} has shape {arr.shape}; expected {shape}")
+    if arr.dtype != dtype:
+        raise TypeError(f"{what} has dtype {arr.dtype}; expected {dtype}")
+    if writable and not arr.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+
+
+def _h2d(dst: DeviceArray, dst_ptr: int, host: np.ndarray, s: Stream) -> None:
+    if dst.size == 0:
+        return
+    if _has_overlap(dst._shape, dst._strides):
+        raise ValueError("destination has overlapping elements (a zero stride); cannot write")
+    flips = tuple(st < 0 for st in dst._strides)
+    d_strides = tuple(-st if f else st for st, f in zip(dst._strides, flips))
+    dst_ptr += sum((n - 1) * st for n, st, f in zip(dst._shape, dst._strides, flips) if f)
+    if any(flips):
+        host = host[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
+    host = np.ascontiguousarray(host)
+    if not host.dtype.isnative:
+        raise TypeError("host array has non-native byte order")
+    L = _lib.get()
+    L.cuCtxSetCurrent(dst._device._ctx)
+    _copy.copy(_copy.DEVICE, dst_ptr, d_strides, _copy.HOST, host.ctypes.data, host.strides,
+               dst._shape, dst.itemsize, s._h)
+    # Pageable sources are staged by the driver before the call returns; a pinned source is
+    # read asynchronously, so it must live until the copy has run.
+    if _is_pinned(host):
+        st = L.cuStreamSynchronize(s._h)
+        if st:
+            raise_for(st, "cuStreamSynchronize")
+
+
+def _is_pinned(host: np.ndarray) -> bool:
+    base = host
+    while base is not None:
+        if type(base).__name__ == "_HostView":
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+def _d2d(dst: DeviceArray, dst_ptr: int, src: DeviceArray, s: Stream) -> None:
+    if dst.size == 0:
+        return
+    src_ptr = src._check()
+    if _has_overlap(dst._shape, dst._strides):
+        raise ValueError("destination has overlapping elements (a zero stride); cannot write")
+    same_device = src._device is dst._device
+    simple = (same_device and all(st >= 0 for st in dst._strides)
+              and all(st > 0 or n == 1 for n, st in zip(src._shape, src._strides)))
+    L = _lib.get()
+    L.cuCtxSetCurrent(dst._device._ctx)
+    if simple:
+        _copy.copy(_copy.DEVICE, dst_ptr, dst._strides, _copy.DEVICE, src_ptr, src._strides,
+                   dst._shape, dst.itemsize, s._h)
+        return
+    if not same_device and dst.is_c_contiguous and src.is_c_contiguous:
+        if s._device is None or s._device is dst._device:
+            # Order after the source's current stream, then copy peer to peer.
+            st = L.cuMemcpyPeerAsync(dst_ptr, dst._device._ctx, src_ptr, src._device._ctx,
+                                     dst.nbytes, s._h)
+            if st:
+                raise_for(st, "cuMemcpyPeerAsync")
+            return
+    # Reversed or broadcast source axes, or strided data across devices: stage on the host.
+    dst.copy_(src.get(stream=s if s._device in (None, src._device) else None), s)
+
+
+def _order_before(producer: Stream, consumer, device: Device) -> None:
+    """Make the consumer's stream (a raw handle or stream object) wait for the producer's
+    queued work, unless both are the same stream."""
+    if isinstance(consumer, int):
+        cons_handle = 0 if consumer in (0, 1) else consumer
+    else:
+        cons_handle = Stream.from_handle(consumer)._handle
+    if cons_handle == producer._handle:
+        return
+    if producer._handle == 0 and cons_handle == 0:
+        return
+    ev = Event(device, timing=False)
+    ev.record(producer)
+    L = _lib.get()
+    L.cuCtxSetCurrent(device._ctx)
+    h = ctypes.cast(ctypes.c_void_p(cons_handle), _lib.CUstream)
+    st = L.cuStreamWaitEvent(h, ev._h, 0)
+    if st:
+        raise_for(st, "cuStreamWaitEvent")
+
+
+def _is_device_array_like(obj) -> bool:
+    return (isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__")
+            or (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
+                and _dlpack_is_cuda(obj)))
+
+
+def _dlpack_is_cuda(obj) -> bool:
+    try:
+        kind, _ = obj.__dlpack_device__()
+    except Exception:
+        return False
+    return kind in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged)
+
+
+# -- constructors ----------------------------------------------------------------------------
+def empty(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
+    """An uninitialised C-contiguous array, allocated stream-ordered from the device's pool.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : dtype-like, default float32
+        Any dtype of :data:`cudalibs.dtypes.TABLE` (bfloat16 and float8 included).
+    device : Device or int, optional
+        The current device by default (or the stream's device).
+    stream : Stream, optional
+        Allocation stream; the memory is freed on it too.
+
+    Raises
+    ------
+    ValueError
+        Negative dimensions, or a size no device could hold.
+    CudaOutOfMemoryError
+        The device is out of memory.
+    """
+    dt = _dtypes.lookup(dtype)
+    shape = _normalize_shape(shape)
+    nbytes = _nbytes(shape, dt.itemsize)
+    if device is None and stream is not None:
+        dev = as_stream(stream).device or as_device(None)
+    else:
+        dev = as_device(device)
+    buf = dev.memory_pool.allocate(nbytes, stream)
+    return DeviceArray._view(buf._ptr, shape, _c_strides(shape, dt.itemsize), dt, dev, buf,
+                             None)
+
+
+def zeros(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
+    """A C-contiguous array of zeros (see :func:`empty`)."""
+    return empty(shape, dtype, device=device, stream=stream).fill(0, stream)
+
+
+def full(shape, value, dtype=None, *, device=None, stream=None) -> DeviceArray:
+    """A C-contiguous array filled with ``value`` (dtype inferred from it if not given)."""
+    if dtype is None:
+        dtype = np.asarray(value).dtype
+    return empty(shape, dtype, device=device, stream=stream).fill(value, stream)
+
+
+def empty_like(a, dtype=None, *, device=None, stream=None) -> DeviceArray:
+    """An uninitialised array with ``a``'s shape and dtype (C-contiguous)."""
+    a_shape, a_dtype, a_dev = _shape_dtype_device(a)
+    return empty(a_shape, a_dtype if dtype is None else dtype,
+                 device=a_dev if device is None else device, stream=stream)
+
+
+def zeros_like(a, dtype=None, *, device=None, stream=None) -> DeviceArray:
+    return empty_like(a, dtype, device=device, stream=stream).fill(0, stream)
+
+
+def full_like(a, value, dtype=None, *, device=None, stream=None) -> DeviceArray:
+    return empty_like(a, dtype, device=device, stream=stream).fill(value, stream)
+
+
+def _shape_dtype_device(a):
+    if isinstance(a, np.ndarray):
+        return a.shape, a.dtype, None
+    arr = asarray(a)
+    return arr.shape, arr.dtype, arr.device
+
+
+def to_device(obj, dtype=None, *, device=None, stream=None) -> DeviceArray:
+    """Copy a host array (anything ``numpy.asarray`` takes) to a new C-contiguous device array.
+
+    Non-contiguous and non-native-byte-order inputs are converted on the host first.
+    """
+    host = np.asarray(obj, dtype=dtype)
+    if host.dtype.byteorder not in "=|" and not host.dtype.isnative:
+        host = host.astype(host.dtype.newbyteorder("="))
+    out = empty(host.shape, host.dtype, device=device, stream=stream)
+    if out.size:
+        _h2d(out, out._ptr, host, as_stream(stream, out._device))
+    return out
+
+
+def asarray(obj, *, device=None, stream=None) -> DeviceArray:
+    """View any device array as a :class:`DeviceArray`, without a copy.
+
+    Accepts a DeviceArray (returned as is), anything with ``__cuda_array_interface__``
+    (CuPy, numba, PyTorch CUDA tensors) or ``__dlpack__`` on a CUDA device.  The result keeps
+    ``obj`` alive.  Host arrays are refused: use :func:`to_device`.
+
+    Raises
+    ------
+    TypeError
+        ``obj`` is not a CUDA array (a host array, or an object with neither protocol).
+    ValueError
+        ``device`` is given and differs from where the data is.
+    """
+    if isinstance(obj, DeviceArray):
+        arr = obj
+    elif hasattr(obj, "__cuda_array_interface__"):
+        arr = _from_cai(obj, stream)
+    elif hasattr(obj, "__dlpack__"):
+        arr = from_dlpack(obj, stream=stream)
+    elif isinstance(obj, np.ndarray):
+        raise TypeError("asarray takes device arrays; copy a host numpy array with "
+                        "cudalibs.to_device()")
+    else:
+        raise TypeError(f"{type(obj).__name__} is not a device array: it has neither "
+                        "__cuda_array_interface__ nor __dlpack__")
+    if device is not None and as_device(device) is not arr._device:
+        raise ValueError(f"array is on device {arr._device.ordinal}, not {as_device(device).ordinal}")
+    return arr
+
+
+def _pointer_device(ptr: int) -> Device:
+    L = _lib.get()
+    v = ctypes.c_int()
+    st = L.cuPointerGetAttribute(ctypes.byref(v), _lib.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    if st:
+        raise_for(st, "cuPointerGetAttribute", f"0x{ptr:x} is not a device pointer")
+    return Device(v.value)
+
+
+def _from_cai(obj, stream) -> DeviceArray:
+    cai = obj.__cuda_array_interface__
+    version = cai.get("version", 0)
+    if cai.get("mask") is not None:
+        raise TypeError("masked __cuda_array_interface__ arrays are not supported")
+    shape = tuple(int(s) for s in cai["shape"])
+    dt = _dtypes.from_typestr(cai["typestr"])
+    ptr, _readonly = cai["data"]
+    ptr = int(ptr or 0)
+    strides = cai.get("strides")
+    strides = _c_strides(shape, dt.itemsize) if strides is None else tuple(int(s) for s in strides)
+    size = 1
+    for n in shape:
+        size *= n
+    dev = _pointer_device(ptr) if ptr else as_device(None)
+    producer = cai.get("stream") if version >= 3 else None
+    if producer is not None and size:
+        if producer == 0:
+            raise ValueError("__cuda_array_interface__ stream 0 is invalid (use 1 for the "
+                             "legacy default stream)")
+        consumer = as_stream(stream, dev)
+        _order_before(Stream.from_handle(int(producer), dev), consumer._handle or 0, dev)
+    return DeviceArray._view(ptr, shape, strides, dt, dev, None, obj)
+
+
+def from_dlpack(obj, *, stream=None) -> DeviceArray:
+    """Import a DLPack tensor (an object with ``__dlpack__``, or a capsule) without a copy.
+
+    Raises
+    ------
+    ValueError
+        The capsule was already consumed.
+    TypeError
+        The tensor is not in CUDA memory, or its dtype has no equivalent here.
+    """
+    if hasattr(obj, "__dlpack__"):
+        kind, dev_id = obj.__dlpack_device__()
+        if kind not in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged):
+            raise TypeError(f"{type(obj).__name__} is on DLPack device {(kind, dev_id)}, not a "
+                            "CUDA device; copy host data with cudalibs.to_device()")
+        dev = Device(dev_id) if kind == _dlpack.kDLCUDA else as_device(None)
+        consumer = as_stream(stream, dev)
+        handle = 1 if consumer._handle == 0 else consumer._handle
+        try:
+            capsule = obj.__dlpack__(stream=handle, max_version=_dlpack.DLPACK_VERSION)
+        except TypeError:  # producers that predate DLPack 1.0's keywords
+            capsule = obj.__dlpack__(stream=handle)
+        owner = obj
+    else:
+        capsule, owner = obj, None
+    imp = _dlpack.consume(capsule)
+    if imp.device_type not in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged):
+        imp.release()
+        raise TypeError(f"DLPack tensor is on device type {imp.device_type}, not CUDA")
+    try:
+        dt = _dtypes.from_dlpack_code(*imp.dtype)
+    except TypeError:
+        imp.release()
+        raise
+    dev = Device(imp.device_id) if imp.device_type == _dlpack.kDLCUDA else as_device(None)
+    item = dt.itemsize
+    strides = (_c_strides(imp.shape, item) if imp.strides is None
+               else tuple(s * item for s in imp.strides))
+    holder = _Owner(imp, owner)
+    return DeviceArray._view(imp.ptr, imp.shape, strides, dt, dev, None, holder)
+
+
+class _Owner:
+    """Keeps an imported DLPack tensor (and its producer object) alive."""
+
+    __slots__ = ("tensor", "producer", "__weakref__")
+
+    def __init__(self, tensor, producer):
+        self.tensor = tensor
+        self.producer = producer
+
+    def __repr__(self) -> str:
+        return f"<DLPack tensor from {type(self.producer).__name__}>"

@@ -1,0 +1,493 @@
+"""Device memory, pinned host memory and stream-ordered memory pools.
+
+Ownership follows STYLE.md: a buffer frees its memory on ``close()``, at the end of a ``with``
+block, or when it is garbage collected (a ``weakref.finalize`` that captures the C function
+and the raw pointer, never the object).  Finalizers do not run at interpreter exit: the driver
+reclaims everything when the process ends, and skipping them avoids calling into a library
+that may already be unloaded.
+
+Stream-ordered buffers (from a :class:`MemoryPool`) remember the stream they were allocated
+on and are freed on it, so a free never races work still queued there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+
+from ..errors import ClosedError, CudaLibsError
+from . import _lib
+from ._core import raise_for
+from .device import Device, as_device
+from .stream import Stream, as_stream
+
+__all__ = ["DeviceBuffer", "HostBuffer", "MemoryPool", "alloc", "alloc_async", "pinned_empty"]
+
+# Sizes beyond this cannot be expressed in size_t arithmetic the driver does on them.
+_MAX_BYTES = 2**62
+
+
+def _check_nbytes(nbytes) -> int:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
+        raise TypeError(f"size must be an integer number of bytes, not {type(nbytes).__name__}")
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"size must be non-negative, got {nbytes}")
+    if nbytes > _MAX_BYTES:
+        raise ValueError(f"size {nbytes} bytes is beyond any device's memory")
+    return nbytes
+
+
+def _free_sync(free, set_ctx, ctx, ptr):
+    set_ctx(ctx)
+    free(ptr)
+
+
+def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream):
+    set_ctx(ctx)
+    # A stream closed before the buffer: free on the legacy stream, which orders itself after
+    # all blocking work of the context.
+    free(ptr, stream_h if alive[0] else null_stream)
+
+
+class DeviceBuffer:
+    """Bytes of device memory, owned or borrowed.
+
+    Create with :func:`alloc` (``cuMemAlloc``), :func:`alloc_async` / :meth:`MemoryPool.allocate`
+    (stream-ordered), or :meth:`from_handle` to borrow memory someone else owns.
+
+    Attributes
+    ----------
+    ptr : int
+        Device address; raises :class:`~cudalibs.errors.ClosedError` after ``close()``.
+    size : int
+        Bytes.
+    device : Device
+    stream : Stream or None
+        For stream-ordered buffers, the stream the free is queued on.
+    """
+
+    __slots__ = ("_ptr", "_size", "_device", "_stream", "_pool", "_owner", "_finalizer",
+                 "__weakref__")
+
+    def __init__(self):
+        raise TypeError("use cudalibs.alloc(), alloc_async(), MemoryPool.allocate() or "
+                        "DeviceBuffer.from_handle()")
+
+    @classmethod
+    def _make(cls, ptr, size, device, stream=None, pool=None, owner=None, finalizer=None):
+        self = object.__new__(cls)
+        self._ptr = ptr
+        self._size = size
+        self._device = device
+        self._stream = stream
+        self._pool = pool
+        self._owner = owner
+        self._finalizer = finalizer
+        return self
+
+    @classmethod
+    def from_handle(cls, ptr: int, size: int, device=None, *, owner=None) -> "DeviceBuffer":
+        """Borrow ``size`` bytes at device address ``ptr``; they are never freed here.
+
+        ``owner`` is kept alive as long as the buffer (the object that owns the memory).
+        """
+        size = _check_nbytes(size)
+        if not isinstance(ptr, int) or ptr < 0:
+            raise ValueError(f"invalid device pointer {ptr!r}")
+        return cls._make(ptr, size, as_device(device), owner=owner)
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            raise ClosedError("device buffer is closed")
+        return self._ptr
+
+    handle = ptr
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    nbytes = size
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def stream(self) -> Stream | None:
+        return self._stream
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    @property
+    def owned(self) -> bool:
+        """Whether this buffer frees its memory (``False`` for borrowed memory)."""
+        return self._finalizer is not None
+
+    def close(self, stream=None) -> None:
+        """Free the memory (borrowed memory is only released). Idempotent.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            For stream-ordered buffers, free on this stream instead of the allocation stream
+            (the caller vouches that all users of the memory are ordered before it).
+        """
+        if self._ptr is None:
+            return
+        fin = self._finalizer
+        if fin is not None and fin.alive:
+            if stream is not None and self._stream is not None:
+                s = as_stream(stream, self._device)
+                fin.detach()
+                L = _lib.get()
+                L.cuCtxSetCurrent(self._device._ctx)
+                st = L.cuMemFreeAsync(self._ptr, s._h)
+                if st:
+                    raise_for(st, "cuMemFreeAsync")
+            else:
+                fin()
+        self._ptr = None
+        self._owner = None
+
+    def __enter__(self) -> "DeviceBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return f"<DeviceBuffer closed, {self._size} bytes on device {self._device.ordinal}>"
+        kind = "stream-ordered" if self._stream is not None else (
+            "owned" if self._finalizer is not None else "borrowed")
+        return (f"<DeviceBuffer 0x{self._ptr:x}, {self._size} bytes on device "
+                f"{self._device.ordinal}, {kind}>")
+
+
+def alloc(nbytes: int, device=None) -> DeviceBuffer:
+    """Allocate ``nbytes`` of device memory with ``cuMemAlloc`` (synchronous).
+
+    Raises
+    ------
+    CudaOutOfMemoryError
+        The device cannot satisfy the request; the process and later allocations are fine.
+    """
+    nbytes = _check_nbytes(nbytes)
+    dev = as_device(device)
+    if nbytes == 0:
+        return DeviceBuffer._make(0, 0, dev)
+    L = _lib.get()
+    L.cuCtxSetCurrent(dev._ctx)
+    p = _lib.CUdeviceptr()
+    st = L.cuMemAlloc_v2(ctypes.byref(p), nbytes)
+    if st:
+        raise_for(st, "cuMemAlloc_v2", f"requested {nbytes} bytes on device {dev.ordinal}")
+    buf = DeviceBuffer._make(p.value, nbytes, dev)
+    buf._finalizer = weakref.finalize(buf, _free_sync, L.cuMemFree_v2, L.cuCtxSetCurrent,
+                                      dev._ctx, p.value)
+    buf._finalizer.atexit = False
+    return buf
+
+
+class MemoryPool:
+    """A stream-ordered memory pool (``cuMemPoolCreate``) on one device.
+
+    Allocation and free are queued on a stream and served from memory the pool keeps, so
+    repeated allocation costs no system call.  ``Device(n).memory_pool`` is the pool cudalibs
+    arrays use; a separate pool isolates a workload's memory and its statistics.
+
+    Parameters
+    ----------
+    device : Device or int, optional
+    release_threshold : int or None
+        Bytes the pool keeps cached when idle; ``None`` keeps everything (as PyTorch's and
+        CuPy's caching allocators do) until :meth:`trim`.
+    max_size : int, default 0
+        Upper bound of the pool's memory (0: no bound).
+    """
+
+    __slots__ = ("_h", "_device", "_finalizer", "__weakref__")
+
+    def __init__(self, device=None, *, release_threshold: int | None = None, max_size: int = 0):
+        dev = as_device(device)
+        L = _lib.get()
+        L.cuCtxSetCurrent(dev._ctx)
+        props = _lib.CUmemPoolProps()
+        props.allocType = _lib.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = _lib.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = dev.ordinal
+        props.maxSize = _check_nbytes(max_size)
+        h = _lib.CUmemoryPool()
+        st = L.cuMemPoolCreate(ctypes.byref(h), ctypes.byref(props))
+        if st:
+            raise_for(st, "cuMemPoolCreate")
+        self._h = h
+        self._device = dev
+        self._finalizer = weakref.finalize(self, L.cuMemPoolDestroy, h)
+        self._finalizer.atexit = False
+        try:
+            self.release_threshold = release_threshold
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _check(self):
+        if not self._finalizer.alive:
+            raise ClosedError("memory pool is closed")
+        return self._h
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def handle(self) -> int:
+        return ctypes.cast(self._check(), ctypes.c_void_p).value or 0
+
+    def _attr(self, attr: int) -> int:
+        v = ctypes.c_uint64()
+        st = _lib.get().cuMemPoolGetAttribute(self._check(), attr, ctypes.byref(v))
+        if st:
+            raise_for(st, "cuMemPoolGetAttribute")
+        return v.value
+
+    @property
+    def release_threshold(self) -> int:
+        return self._attr(_lib.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+
+    @release_threshold.setter
+    def release_threshold(self, value: int | None) -> None:
+        v = ctypes.c_uint64(2**64 - 1 if value is None else _check_nbytes(value))
+        st = _lib.get().cuMemPoolSetAttribute(self._check(), _lib.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                             ctypes.byref(v))
+        if st:
+            raise_for(st, "cuMemPoolSetAttribute")
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes currently allocated from the pool."""
+        return self._attr(_lib.CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes the pool holds from the device (allocated plus cached)."""
+        return self._attr(_lib.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+
+    @property
+    def used_high_bytes(self) -> int:
+        return self._attr(_lib.CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+
+    @property
+    def reserved_high_bytes(self) -> int:
+        return self._attr(_lib.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+
+    def trim(self, keep: int = 0) -> None:
+        """Return cached memory to the device, keeping at least ``keep`` bytes reserved.
+
+        Frees queued on streams count only once they have executed: synchronize first to
+        return everything.
+        """
+        st = _lib.get().cuMemPoolTrimTo(self._check(), _check_nbytes(keep))
+        if st:
+            raise_for(st, "cuMemPoolTrimTo")
+
+    def allocate(self, nbytes: int, stream=None) -> DeviceBuffer:
+        """Queue an allocation of ``nbytes`` on ``stream`` (the current stream by default).
+
+        The memory may be used by work queued on that stream after this call (or on another
+        stream once it waits on an event recorded after it); it is freed on the same stream.
+        """
+        nbytes = _check_nbytes(nbytes)
+        h = self._check()
+        dev = self._device
+        s = as_stream(stream, dev)
+        if nbytes == 0:
+            return DeviceBuffer._make(0, 0, dev, stream=s, pool=self)
+        L = _lib.get()
+        L.cuCtxSetCurrent(dev._ctx)
+        p = _lib.CUdeviceptr()
+        st = L.cuMemAllocFromPoolAsync(ctypes.byref(p), nbytes, h, s._h)
+        if st:
+            raise_for(st, "cuMemAllocFromPoolAsync",
+                      f"requested {nbytes} bytes on device {dev.ordinal}")
+        buf = DeviceBuffer._make(p.value, nbytes, dev, stream=s, pool=self)
+        buf._finalizer = weakref.finalize(buf, _free_async, L.cuMemFreeAsync, L.cuCtxSetCurrent,
+                                          dev._ctx, p.value, s._h, s._alive, _NULL_STREAM)
+        buf._finalizer.atexit = False
+        return buf
+
+    def close(self) -> None:
+        """Destroy the pool.
+
+        Raises
+        ------
+        CudaLibsError
+            Buffers allocated from the pool are still alive (the pool would free them).
+        """
+        if not self._finalizer.alive:
+            return
+        used = self.used_bytes
+        if used:
+            raise CudaLibsError(f"memory pool still has {used} bytes allocated; close those "
+                                "buffers (and synchronize their streams) first")
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<MemoryPool closed on device {self._device.ordinal}>"
+        return (f"<MemoryPool on device {self._device.ordinal}: {self.used_bytes} bytes used, "
+                f"{self.reserved_bytes} reserved>")
+
+
+_NULL_STREAM = _lib.CUstream()
+
+
+def alloc_async(nbytes: int, stream=None, device=None) -> DeviceBuffer:
+    """Stream-ordered allocation from the device's pool (see :meth:`MemoryPool.allocate`)."""
+    if device is None:
+        s = as_stream(stream)
+        dev = s.device or as_device(None)
+    else:
+        dev = as_device(device)
+    return dev.memory_pool.allocate(nbytes, stream)
+
+
+def _free_host(free, ptr):
+    free(ptr)
+
+
+class _HostView:
+    """The object numpy arrays over a HostBuffer hold as ``base``: keeps the buffer alive."""
+
+    __slots__ = ("__array_interface__", "_buffer", "__weakref__")
+
+    def __init__(self, buffer, shape, typestr):
+        self._buffer = buffer
+        self.__array_interface__ = {"shape": shape, "typestr": typestr,
+                                    "data": (buffer._ptr, False), "version": 3}
+
+
+class HostBuffer:
+    """Page-locked (pinned) host memory from ``cuMemHostAlloc``.
+
+    Copies between pinned memory and the device run at full bus speed and can be truly
+    asynchronous.  :meth:`numpy` gives array views; they keep the buffer alive, and
+    ``close()`` refuses (``BufferError``) while any view exists.
+
+    Parameters
+    ----------
+    nbytes : int
+    portable : bool, default True
+        Pinned for every context, not only the current one.
+    write_combined : bool, default False
+        Faster host-to-device transfers, very slow host reads.
+    """
+
+    __slots__ = ("_ptr", "_size", "_finalizer", "_views", "__weakref__")
+
+    def __init__(self, nbytes: int, *, portable: bool = True, write_combined: bool = False):
+        nbytes = _check_nbytes(nbytes)
+        from ._core import init
+
+        L = init()
+        dev = as_device(None)
+        L.cuCtxSetCurrent(dev._ctx)
+        flags = (_lib.CU_MEMHOSTALLOC_PORTABLE if portable else 0) | (
+            _lib.CU_MEMHOSTALLOC_WRITECOMBINED if write_combined else 0)
+        p = ctypes.c_void_p()
+        if nbytes:
+            st = L.cuMemHostAlloc(ctypes.byref(p), nbytes, flags)
+            if st:
+                raise_for(st, "cuMemHostAlloc", f"requested {nbytes} pinned bytes")
+        self._ptr = p.value or 0
+        self._size = nbytes
+        self._views = weakref.WeakSet()
+        self._finalizer = (weakref.finalize(self, _free_host, L.cuMemFreeHost, self._ptr)
+                           if nbytes else None)
+        if self._finalizer is not None:
+            self._finalizer.atexit = False
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            raise ClosedError("host buffer is closed")
+        return self._ptr
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    nbytes = size
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
+        """A numpy array over the pinned bytes (C order); it keeps this buffer alive."""
+        ptr = self.ptr
+        dt = np.dtype(dtype)
+        if shape is None:
+            shape = (self._size // dt.itemsize,)
+        shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+        need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if any(s < 0 for s in shape) or need > self._size:
+            raise ValueError(f"shape {shape} of {dt} needs {need} bytes; buffer has {self._size}")
+        view = _HostView(self, shape, dt.str)
+        self._views.add(view)
+        arr = np.asarray(view)
+        if dt.kind == "V" or dt.str.startswith("|V") or dt.str.startswith("<V"):
+            arr = arr.view(dt)  # ml_dtypes types export as void; restore the real dtype
+        return arr
+
+    def close(self) -> None:
+        """Free the pinned memory. Idempotent.
+
+        Raises
+        ------
+        BufferError
+            numpy arrays made by :meth:`numpy` are still alive.
+        """
+        if self._ptr is None:
+            return
+        if len(self._views):
+            raise BufferError(f"{len(self._views)} numpy view(s) of this pinned buffer are "
+                              "still alive; delete them before close()")
+        if self._finalizer is not None:
+            self._finalizer()
+        self._ptr = None
+
+    def __enter__(self) -> "HostBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return f"<HostBuffer closed, {self._size} bytes>"
+        return f"<HostBuffer 0x{self._ptr:x}, {self._size} pinned bytes>"
+
+
+def pinned_empty(shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialised numpy array in pinned host memory."""
+    dt = np.dtype(dtype)
+    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    return HostBuffer(n).numpy(dt, shape)
