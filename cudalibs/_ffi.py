@@ -19,7 +19,8 @@ from typing import Any, NamedTuple, Sequence
 
 from .errors import FunctionNotFoundError
 
-__all__ = ["Proto", "BoundLibrary", "LazyLibrary", "bind", "make_raiser", "opaque_handle"]
+__all__ = ["Proto", "BoundLibrary", "LazyLibrary", "bind", "make_raiser", "opaque_handle",
+           "property_version"]
 
 
 class Proto(NamedTuple):
@@ -222,3 +223,16 @@ def make_raiser(error_cls, message=None, detail=None):
         raise error_cls.from_status(status, function, msg, det)
 
     return raise_for
+
+
+def property_version(get_property, raise_for, function: str) -> tuple[int, int, int]:
+    """``(major, minor, patch)`` through a ``xxxGetProperty(libraryPropertyType, int*)``
+    function (cuBLAS, cuDNN, ...), which needs no handle and no GPU."""
+    parts = []
+    for prop in (0, 1, 2):  # libraryPropertyType: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+        value = ctypes.c_int()
+        st = get_property(prop, ctypes.byref(value))
+        if st:
+            raise_for(st, function)
+        parts.append(value.value)
+    return tuple(parts)

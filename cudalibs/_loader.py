@@ -118,14 +118,10 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
     tried.append(f"{var} (not set)")
 
     if spec.pathfinder is None:
-        for soname in spec.sonames:
-            try:
-                cdll = ctypes.CDLL(soname)
-            except OSError as exc:
-                tried.append(f"{soname}: {exc}")
-                continue
-            return cdll, LibraryInfo(name, _path_of(cdll, soname), "driver")
-        raise LibraryNotFoundError(name, tried, "no NVIDIA driver found: " + spec.install)
+        hit = _try_sonames(name, spec, tried, "driver")
+        if hit is None:
+            raise LibraryNotFoundError(name, tried, "no NVIDIA driver found: " + spec.install)
+        return hit
 
     try:
         import cuda.pathfinder as pathfinder
@@ -146,14 +142,22 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
             cdll = ctypes.CDLL(path) if path else ctypes.CDLL(spec.sonames[0])
             return cdll, LibraryInfo(name, path, origin)
     # Without pathfinder, the system loader is the last resort.
+    hit = _try_sonames(name, spec, tried, "system")
+    if hit is None:
+        raise LibraryNotFoundError(name, tried, spec.install)
+    return hit
+
+
+def _try_sonames(name, spec, tried, origin):
+    """dlopen each soname in turn; record failures in ``tried``."""
     for soname in spec.sonames:
         try:
             cdll = ctypes.CDLL(soname)
         except OSError as exc:
             tried.append(f"{soname}: {exc}")
             continue
-        return cdll, LibraryInfo(name, _path_of(cdll, soname), "system")
-    raise LibraryNotFoundError(name, tried, spec.install)
+        return cdll, LibraryInfo(name, _path_of(cdll, soname), origin)
+    return None
 
 
 def load(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:

@@ -6,24 +6,19 @@ cuBLAS and cuBLASLt return the same ``cublasStatus_t``; both raise
 
 from __future__ import annotations
 
-import ctypes
-
 from .. import _ffi
 from ..errors import CublasError
 from . import _lib
 
 __all__ = ["raise_for", "version", "lt_version"]
 
-
 def _status_string(status: int) -> str:
     text = _lib.get().cublasGetStatusString(status)
     return text.decode() if text else ""
 
-
 raise_for = _ffi.make_raiser(CublasError, message=_status_string)
 raise_for.__doc__ = """Raise :class:`~cudalibs.errors.CublasError` for ``status`` from ``function``.
 """
-
 
 def version() -> tuple[int, int, int]:
     """The version of the loaded cuBLAS library.
@@ -35,16 +30,7 @@ def version() -> tuple[int, int, int]:
     tuple of int
         ``(major, minor, patch)``, for example ``(13, 1, 0)``.
     """
-    lib = _lib.get()
-    parts = []
-    for prop in (_lib.MAJOR_VERSION, _lib.MINOR_VERSION, _lib.PATCH_LEVEL):
-        value = ctypes.c_int()
-        st = lib.cublasGetProperty(prop, ctypes.byref(value))
-        if st:
-            raise_for(st, "cublasGetProperty")
-        parts.append(value.value)
-    return tuple(parts)
-
+    return _ffi.property_version(_lib.get().cublasGetProperty, raise_for, "cublasGetProperty")
 
 def lt_version() -> int:
     """The version of the loaded cuBLASLt library, as one number.

@@ -60,12 +60,4 @@ def version_tuple() -> tuple[int, int, int]:
     tuple of int
         ``(major, minor, patch)``, for example ``(9, 19, 0)``.
     """
-    lib = _lib.get()
-    parts = []
-    for prop in (_lib.MAJOR_VERSION, _lib.MINOR_VERSION, _lib.PATCH_LEVEL):
-        value = ctypes.c_int()
-        st = lib.cudnnGetProperty(prop, ctypes.byref(value))
-        if st:
-            raise_for(st, "cudnnGetProperty")
-        parts.append(value.value)
-    return tuple(parts)
+    return _ffi.property_version(_lib.get().cudnnGetProperty, raise_for, "cudnnGetProperty")

@@ -14,7 +14,7 @@ from .._ffi import make_raiser
 from ..errors import CudaError, LibraryNotFoundError
 from . import _lib
 
-__all__ = ["lib", "raise_for", "init", "driver_version", "is_available"]
+__all__ = ["lib", "raise_for", "init", "driver_version", "is_available", "ready"]
 
 
 def lib():
@@ -79,3 +79,13 @@ def is_available() -> bool:
         return False
     n = ctypes.c_int()
     return L.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
+
+
+def ready(status: int, function: str) -> bool:
+    """Turn a query status into a bool: done (``CUDA_SUCCESS``) or pending
+    (``CUDA_ERROR_NOT_READY``); anything else raises."""
+    if status == 0:
+        return True
+    if status == 600:  # CUDA_ERROR_NOT_READY
+        return False
+    raise_for(status, function)

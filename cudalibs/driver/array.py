@@ -12,8 +12,10 @@ Every library function of cudalibs accepts a DeviceArray or anything exposing
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import operator
+import threading
 
 import numpy as np
 
@@ -78,7 +80,7 @@ class DeviceArray:
     """
 
     __slots__ = ("_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf", "_owner",
-                 "__weakref__")
+                 "_contig", "__weakref__")
 
     def __init__(self):
         raise TypeError("use cudalibs.empty(), zeros(), to_device(), asarray() or from_dlpack()")
@@ -94,6 +96,7 @@ class DeviceArray:
         self._device = device
         self._buf = buf
         self._owner = owner
+        self._contig = None
         return self
 
     @classmethod
@@ -178,7 +181,11 @@ class DeviceArray:
 
     @property
     def is_c_contiguous(self) -> bool:
-        return self.size == 0 or _is_c_contig(self._shape, self._strides, self._dtype.itemsize)
+        c = self._contig
+        if c is None:  # views are immutable: compute once
+            c = self._contig = self.size == 0 or _is_c_contig(self._shape, self._strides,
+                                                                self._dtype.itemsize)
+        return c
 
     @property
     def is_f_contiguous(self) -> bool:
@@ -376,11 +383,21 @@ class DeviceArray:
             out[...] = np.broadcast_to(host, self._shape)
         return out
 
-    def copy_(self, src, stream=None) -> "DeviceArray":
+    def copy_(self, src, stream=None, *, blocking: bool = True) -> "DeviceArray":
         """Copy ``src`` (a host array, DeviceArray, or any CAI/DLPack array) into this array.
 
-        Shapes and dtypes must match exactly (no casting, no broadcasting of device sources;
-        host sources broadcast).
+        Shapes and dtypes must match exactly (no casting; host sources broadcast).
+
+        Parameters
+        ----------
+        src : array-like
+        stream : Stream, optional
+            The current stream by default.
+        blocking : bool, default True
+            Only matters for a pinned host source, which the copy reads asynchronously: with
+            ``False`` the call returns at once and the source is kept alive until the copy has
+            run (do not modify it before then). Pageable sources are staged by the driver
+            before the call returns, and device sources never block.
 
         Raises
         ------
@@ -389,7 +406,9 @@ class DeviceArray:
         """
         dst_ptr = self._check()
         s = as_stream(stream, self._device)
-        if isinstance(src, np.ndarray) or not _is_device_array_like(src):
+        if type(src) is DeviceArray:
+            other = src
+        elif isinstance(src, np.ndarray) or not _is_device_array_like(src):
             host = np.asarray(src)
             if host.dtype != self._dtype:
                 raise TypeError(f"copy_ from {host.dtype} into {self._dtype}: dtypes must match "
@@ -400,14 +419,26 @@ class DeviceArray:
                 except ValueError:
                     raise ValueError(f"cannot copy an array of shape {host.shape} into one of "
                                      f"shape {self._shape}") from None
-            _h2d(self, dst_ptr, host, s)
+            _h2d(self, dst_ptr, host, s, blocking)
             return self
-        other = asarray(src)
+        else:
+            other = asarray(src)
         if other._dtype != self._dtype:
             raise TypeError(f"copy_ from {other._dtype} into {self._dtype}: dtypes must match")
         if other._shape != self._shape:
             raise ValueError(f"cannot copy an array of shape {other._shape} into one of shape "
                              f"{self._shape}")
+        src_ptr = other._check()
+        if other._device is self._device and self.is_c_contiguous and other.is_c_contiguous:
+            # The common case, without planning: one contiguous device-to-device copy.
+            n = self.nbytes
+            if n:
+                L = _lib.get()
+                L.cuCtxSetCurrent(self._device._ctx)
+                st = L.cuMemcpyDtoDAsync_v2(dst_ptr, src_ptr, n, s._h)
+                if st:
+                    raise_for(st, "cuMemcpyDtoDAsync_v2")
+            return self
         _d2d(self, dst_ptr, other, s)
         return self
 
@@ -578,38 +609,57 @@ def _check_host(arr, shape, dtype, what, writable=False):
         raise ValueError(f"{what} is read-only")
 
 
-def _h2d(dst: DeviceArray, dst_ptr: int, host: np.ndarray, s: Stream) -> None:
+def _h2d(dst: DeviceArray, dst_ptr: int, host: np.ndarray, s: Stream, blocking: bool) -> None:
     if dst.size == 0:
         return
-    if _has_overlap(dst._shape, dst._strides):
-        raise ValueError("destination has overlapping elements (a zero stride); cannot write")
-    flips = tuple(st < 0 for st in dst._strides)
-    d_strides = tuple(-st if f else st for st, f in zip(dst._strides, flips))
-    dst_ptr += sum((n - 1) * st for n, st, f in zip(dst._shape, dst._strides, flips) if f)
-    if any(flips):
-        host = host[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
-    host = np.ascontiguousarray(host)
-    if not host.dtype.isnative:
-        raise TypeError("host array has non-native byte order")
     L = _lib.get()
     L.cuCtxSetCurrent(dst._device._ctx)
-    _copy.copy(_copy.DEVICE, dst_ptr, d_strides, _copy.HOST, host.ctypes.data, host.strides,
-               dst._shape, dst.itemsize, s._h)
-    # Pageable sources are staged by the driver before the call returns; a pinned source is
-    # read asynchronously, so it must live until the copy has run.
-    if _is_pinned(host):
-        st = L.cuStreamSynchronize(s._h)
+    if (host.flags.c_contiguous and host.dtype.isnative and dst.is_c_contiguous):
+        st = L.cuMemcpyHtoDAsync_v2(dst_ptr, host.ctypes.data, dst.nbytes, s._h)
         if st:
-            raise_for(st, "cuStreamSynchronize")
+            raise_for(st, "cuMemcpyHtoDAsync_v2")
+    else:
+        if _has_overlap(dst._shape, dst._strides):
+            raise ValueError("destination has overlapping elements (a zero stride); cannot write")
+        flips = tuple(st < 0 for st in dst._strides)
+        d_strides = tuple(-st if f else st for st, f in zip(dst._strides, flips))
+        dst_ptr += sum((n - 1) * st for n, st, f in zip(dst._shape, dst._strides, flips) if f)
+        if any(flips):
+            host = host[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
+        host = np.ascontiguousarray(host)
+        if not host.dtype.isnative:
+            raise TypeError("host array has non-native byte order")
+        _copy.copy(_copy.DEVICE, dst_ptr, d_strides, _copy.HOST, host.ctypes.data,
+                   host.strides, dst._shape, dst.itemsize, s._h)
+    # Pageable sources are staged by the driver before the call returns; a pinned source is
+    # read asynchronously, so it must live, unchanged, until the copy has run.
+    if _is_pinned(host.ctypes.data):
+        if blocking:
+            st = L.cuStreamSynchronize(s._h)
+            if st:
+                raise_for(st, "cuStreamSynchronize")
+        else:
+            _hold_until_done(host, s, dst._device)
 
 
-def _is_pinned(host: np.ndarray) -> bool:
-    base = host
-    while base is not None:
-        if type(base).__name__ == "_HostView":
-            return True
-        base = getattr(base, "base", None)
-    return False
+def _is_pinned(ptr: int) -> bool:
+    """Whether a host address is page-locked (ours, PyTorch's, CuPy's or registered)."""
+    kind = ctypes.c_uint()
+    st = _lib.get().cuPointerGetAttribute(ctypes.byref(kind),
+                                          _lib.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+    return st == 0 and kind.value == _lib.CU_MEMORYTYPE_HOST
+
+
+_pending: collections.deque = collections.deque()
+_pending_lock = threading.Lock()
+
+
+def _hold_until_done(obj, s: Stream, device: Device) -> None:
+    """Keep ``obj`` alive until the work queued so far on ``s`` has run."""
+    with _pending_lock:
+        while _pending and _pending[0][0].query():
+            _pending.popleft()
+        _pending.append((Event(device, timing=False).record(s), obj))
 
 
 def _d2d(dst: DeviceArray, dst_ptr: int, src: DeviceArray, s: Stream) -> None:
@@ -751,7 +801,7 @@ def to_device(obj, dtype=None, *, device=None, stream=None) -> DeviceArray:
         host = host.astype(host.dtype.newbyteorder("="))
     out = empty(host.shape, host.dtype, device=device, stream=stream)
     if out.size:
-        _h2d(out, out._ptr, host, as_stream(stream, out._device))
+        _h2d(out, out._ptr, host, as_stream(stream, out._device), True)
     return out
 
 

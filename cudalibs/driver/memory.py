@@ -162,6 +162,45 @@ class DeviceBuffer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # Byte-level transfers go through a uint8 DeviceArray view, so buffers and arrays share
+    # one copy implementation.
+    def as_array(self, shape=None, dtype=np.uint8, strides=None, offset: int = 0):
+        """View the bytes as a :class:`~cudalibs.DeviceArray` (the whole buffer as uint8 by
+        default); the array keeps the buffer alive."""
+        from .array import DeviceArray
+
+        if shape is None:
+            shape = ((self._size - offset) // np.dtype(dtype).itemsize,)
+        return DeviceArray.from_buffer(self, shape, dtype, strides, offset)
+
+    def memset(self, value: int, stream=None) -> "DeviceBuffer":
+        """Set every byte to ``value`` (0..255), queued on ``stream``."""
+        self.as_array().fill(value, stream)
+        return self
+
+    def copy_from(self, src, stream=None) -> "DeviceBuffer":
+        """Copy all bytes from a host object with the buffer protocol, or another buffer or
+        array of the same byte size."""
+        if isinstance(src, DeviceBuffer):
+            src = src.as_array()
+        elif not hasattr(src, "__cuda_array_interface__") and not hasattr(src, "__dlpack__"):
+            src = np.frombuffer(memoryview(src).cast("B"), np.uint8)
+        else:
+            from .array import asarray
+
+            arr = asarray(src)
+            if not arr.is_c_contiguous:
+                raise ValueError("copy_from needs a C-contiguous device array")
+            src = DeviceBuffer.from_handle(arr.ptr, arr.nbytes, arr.device, owner=arr).as_array()
+        self.as_array().copy_(src, stream)
+        return self
+
+    def copy_to(self, dst=None, stream=None):
+        """Copy all bytes to ``dst`` (a writable host buffer-protocol object, or a new
+        ``bytes``-like numpy uint8 array when omitted) and return it."""
+        out = None if dst is None else np.frombuffer(memoryview(dst).cast("B"), np.uint8)
+        return self.as_array().get(out=out, stream=stream)
+
     def __int__(self) -> int:
         return self.ptr
 
@@ -439,7 +478,7 @@ class HostBuffer:
 
     def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
         """A numpy array over the pinned bytes (C order); it keeps this buffer alive."""
-        ptr = self.ptr
+        self.ptr  # raises ClosedError after close()
         dt = np.dtype(dtype)
         if shape is None:
             shape = (self._size // dt.itemsize,)

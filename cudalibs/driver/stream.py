@@ -17,7 +17,7 @@ import weakref
 
 from ..errors import ClosedError
 from . import _lib
-from ._core import raise_for
+from ._core import raise_for, ready
 from .device import Device, as_device
 
 __all__ = ["Stream", "Event", "current_stream", "default_stream", "as_stream"]
@@ -173,12 +173,7 @@ class Stream:
         """``True`` when all queued work has finished (never blocks)."""
         h = self._check()
         self._activate()
-        st = _lib.get().cuStreamQuery(h)
-        if st == 0:
-            return True
-        if st == 600:  # CUDA_ERROR_NOT_READY
-            return False
-        raise_for(st, "cuStreamQuery")
+        return ready(_lib.get().cuStreamQuery(h), "cuStreamQuery")
 
     def wait(self, event_or_stream) -> "Stream":
         """Make future work on this stream wait for an :class:`Event` (or for everything
@@ -425,12 +420,7 @@ class Event:
     def query(self) -> bool:
         """``True`` when the recorded work has finished (never blocks)."""
         h = self._check()
-        st = _lib.get().cuEventQuery(h)
-        if st == 0:
-            return True
-        if st == 600:  # CUDA_ERROR_NOT_READY
-            return False
-        raise_for(st, "cuEventQuery")
+        return ready(_lib.get().cuEventQuery(h), "cuEventQuery")
 
     def elapsed_ms(self, end: "Event") -> float:
         """Milliseconds from this event to ``end`` (both recorded and complete).

@@ -72,7 +72,8 @@ def test_async_copies_ordered_by_events(device, rng):
     pinned_out[...] = np.nan
     s1, s2 = cl.Stream(), cl.Stream()
     d = cl.empty((n,), np.float32, stream=s1)
-    d.copy_(pinned_in, stream=s1)
+    d.copy_(pinned_in, stream=s1, blocking=False)  # pinned_in is kept alive until it ran
+    del pinned_in
     e = cl.Event(timing=False).record(s1)
     s2.wait(e)
     d.get(out=pinned_out, stream=s2, blocking=False)
@@ -265,3 +266,36 @@ def test_host_buffer(device):
         cl.HostBuffer(16).numpy(np.float64, (4,))
     bf = cl.pinned_empty((4,), cl.dtypes.bfloat16)
     assert bf.dtype == cl.dtypes.bfloat16
+
+
+def test_buffer_byte_transfers(device, rng):
+    data = rng.integers(0, 256, 1000, dtype=np.uint8)
+    buf = cl.alloc(1000)
+    buf.memset(0xAB)
+    assert (buf.copy_to() == 0xAB).all()
+    buf.copy_from(data.tobytes())
+    out = bytearray(1000)
+    buf.copy_to(out)
+    assert bytes(out) == data.tobytes()
+    other = cl.alloc_async(1000)
+    other.copy_from(buf)
+    np.testing.assert_array_equal(other.copy_to(), data)
+    floats = cl.to_device(np.arange(250, dtype=np.float32))
+    other.copy_from(floats)
+    np.testing.assert_array_equal(other.as_array((250,), np.float32).get(),
+                                  np.arange(250, dtype=np.float32))
+    with pytest.raises(ValueError):
+        other.copy_from(b"short")
+    with pytest.raises(ValueError):
+        buf.memset(256)
+    with pytest.raises(ValueError):
+        buf.as_array((2000,))
+
+
+def test_pinned_memory_is_recognised(device):
+    from cudalibs.driver.array import _is_pinned
+
+    assert _is_pinned(cl.pinned_empty((4,)).ctypes.data)
+    assert not _is_pinned(np.empty(4).ctypes.data)
+    torch = pytest.importorskip("torch")
+    assert _is_pinned(torch.empty(4, pin_memory=True).data_ptr())

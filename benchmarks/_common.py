@@ -1,0 +1,252 @@
+"""Shared plumbing of the benchmarks: GPU check, optional peers, CUDA-event timing, tables.
+
+Every benchmark measures cudalibs beside its peers (PyTorch, CuPy) in one process, on one
+device, by one method (:func:`time_calls`):
+
+1. warm up: call the case a few times, then wait for its stream;
+2. record a CUDA event on the stream that does the work, issue ``iters`` back-to-back calls,
+   record a second event, wait for it and divide the elapsed time by ``iters``;
+3. repeat step 2 ``repeats`` times; the benchmark reports the median, and can flag cases
+   whose repeats spread widely (:func:`median_spread`).
+
+Each library is timed with its own events on its own stream (:func:`cudalibs_clock`,
+:func:`torch_clock`, :func:`cupy_clock`), so no other library's code runs inside a timed loop.
+The events bracket the calls, so the host time a call spends before the GPU can start the
+next one (argument checks, a synchronisation inside the call) is part of the measurement:
+the numbers are what a user of each API gets, not the bare speed of the copy engine.
+
+Peers are optional, never dependencies: :func:`load_torch` and :func:`load_cupy` import what
+is installed and can reach a GPU, and say why when it cannot; a benchmark prints ``n/a``
+for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+from typing import Any, Callable
+
+import cudalibs as cl
+
+__all__ = ["Peer", "Clock", "why_no_gpu", "exit_if_no_gpu", "load_torch", "load_cupy",
+           "cudalibs_clock", "torch_clock", "cupy_clock", "time_calls", "median_spread", "gbps",
+           "fmt_rate", "fmt_ratio", "markdown_table"]
+
+NA = "n/a"
+
+
+# -- environment ----------------------------------------------------------------------------
+def why_no_gpu() -> str | None:
+    """Why cudalibs cannot run on a GPU here, or ``None`` when it can."""
+    try:
+        cl.driver_version()
+    except cl.CudaLibsError as exc:
+        return f"no NVIDIA driver ({str(exc).splitlines()[0]})"
+    if cl.device_count() == 0:
+        return "the NVIDIA driver is present but no GPU is usable"
+    return None
+
+
+def exit_if_no_gpu(script: str) -> None:
+    """Print one line and exit with status 0 when no GPU is usable."""
+    reason = why_no_gpu()
+    if reason is not None:
+        print(f"{script}: skipped, {reason}")
+        sys.exit(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A peer library, or why it is missing.
+
+    Attributes
+    ----------
+    name : str
+    module : module or None
+        The imported module; ``None`` when the peer is not usable.
+    version : str
+        For the report header; the reason it is missing when ``module`` is ``None``.
+    """
+
+    name: str
+    module: Any
+    version: str
+
+    @property
+    def ok(self) -> bool:
+        return self.module is not None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def load_torch() -> Peer:
+    """Import PyTorch if it is installed and sees a CUDA GPU."""
+    try:
+        import torch
+    except Exception as exc:  # ImportError, or a broken install failing in its own way
+        return Peer("torch", None, f"not available ({_first_line(exc)})")
+    if not torch.cuda.is_available():
+        return Peer("torch", None, f"{torch.__version__} sees no CUDA GPU")
+    return Peer("torch", torch, f"{torch.__version__} (CUDA {torch.version.cuda})")
+
+
+def load_cupy() -> Peer:
+    """Import CuPy (and cupyx) if it is installed and sees a CUDA GPU."""
+    try:
+        import cupy
+        import cupyx  # noqa: F401  (cupyx.empty_pinned is used through cupy's namespace)
+
+        cupy.cuda.runtime.getDeviceCount()
+        rt = cupy.cuda.runtime.runtimeGetVersion()
+    except Exception as exc:  # ImportError, or CUDARuntimeError when no GPU is reachable
+        return Peer("cupy", None, f"not available ({_first_line(exc)})")
+    return Peer("cupy", cupy, f"{cupy.__version__} (CUDA runtime {rt // 1000}.{rt % 1000 // 10})")
+
+
+# -- timing ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """How one library times work on one of its streams with CUDA events.
+
+    Attributes
+    ----------
+    event : callable
+        ``event()`` makes a new timing event.
+    record : callable
+        ``record(ev)`` records ``ev`` on the work stream.
+    elapsed_ms : callable
+        ``elapsed_ms(start, end)`` waits for ``end`` and returns the milliseconds between them.
+    sync : callable
+        ``sync()`` waits until the work stream is idle.
+    """
+
+    event: Callable[[], Any]
+    record: Callable[[Any], None]
+    elapsed_ms: Callable[[Any, Any], float]
+    sync: Callable[[], None]
+
+
+def cudalibs_clock(stream: cl.Stream) -> Clock:
+    """A :class:`Clock` of cudalibs :class:`~cudalibs.Event` objects on ``stream``."""
+    def elapsed(start, end):
+        end.sync()
+        return start.elapsed_ms(end)
+
+    return Clock(event=lambda: cl.Event(stream.device), record=lambda ev: ev.record(stream),
+                 elapsed_ms=elapsed, sync=stream.sync)
+
+
+def torch_clock(torch, stream) -> Clock:
+    """A :class:`Clock` of ``torch.cuda.Event`` objects on the torch stream ``stream``."""
+    def elapsed(start, end):
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return Clock(event=lambda: torch.cuda.Event(enable_timing=True),
+                 record=lambda ev: ev.record(stream), elapsed_ms=elapsed,
+                 sync=stream.synchronize)
+
+
+def cupy_clock(cupy, stream) -> Clock:
+    """A :class:`Clock` of ``cupy.cuda.Event`` objects on the CuPy stream ``stream``."""
+    def elapsed(start, end):
+        end.synchronize()
+        return cupy.cuda.get_elapsed_time(start, end)
+
+    return Clock(event=lambda: cupy.cuda.Event(), record=lambda ev: ev.record(stream),
+                 elapsed_ms=elapsed, sync=stream.synchronize)
+
+
+def time_calls(fn: Callable[[], Any], clock: Clock, *, iters: int, repeats: int,
+               warmup: int) -> list[float]:
+    """Milliseconds per call of ``fn``, once per repeat (see the module docstring).
+
+    Parameters
+    ----------
+    fn : callable
+        Queues the work on the clock's stream (it may also block the host).
+    clock : Clock
+    iters : int
+        Calls between the two events of one repeat.
+    repeats : int
+        Timed loops.
+    warmup : int
+        Untimed calls first; the stream is idle before the first timed loop.
+
+    Returns
+    -------
+    list of float
+        One per-call time for each repeat, in the order measured.
+    """
+    for _ in range(warmup):
+        fn()
+    clock.sync()
+    start, end = clock.event(), clock.event()
+    times = []
+    for _ in range(repeats):
+        clock.record(start)
+        for _ in range(iters):
+            fn()
+        clock.record(end)
+        times.append(clock.elapsed_ms(start, end) / iters)
+    return times
+
+
+def median_spread(times: list[float]) -> tuple[float, float]:
+    """The median of ``times`` and their interquartile range relative to it.
+
+    The quartile spread, unlike max - min, is not set by one stray repeat (a page fault, a
+    context switch), so it flags cases that are noisy throughout.
+    """
+    mid = statistics.median(times)
+    if len(times) < 2:
+        return mid, 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return mid, (q3 - q1) / mid
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    """Bandwidth in GB/s, 1 GB = 1e9 bytes."""
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+# -- reporting ------------------------------------------------------------------------------
+def fmt_rate(value) -> str:
+    """A GB/s cell: a float with one decimal, or the string given (``n/a``, ``error``)."""
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return NA if value is None else str(value)
+
+
+def fmt_ratio(ours, theirs) -> str:
+    """``ours / theirs`` as ``1.23x``; ``n/a`` unless both are numbers."""
+    if isinstance(ours, float) and isinstance(theirs, float) and theirs > 0:
+        return f"{ours / theirs:.2f}x"
+    return NA
+
+
+def markdown_table(headers: list[str], rows: list[list[str]], right=()) -> str:
+    """A Markdown table padded to line up in a terminal too.
+
+    Parameters
+    ----------
+    headers : list of str
+    rows : list of list of str
+    right : collection of int, optional
+        Indices of the columns to right-align (numbers).
+    """
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells):
+        padded = [c.rjust(w) if i in right else c.ljust(w)
+                  for i, (c, w) in enumerate(zip(cells, widths))]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join("-" * (w + 1) + ":" if i in right else "-" * (w + 2)
+                          for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(headers), rule, *map(line, rows)])
