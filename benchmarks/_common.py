@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import cudalibs as cl
 
-__all__ = ["Peer", "Clock", "why_no_gpu", "exit_if_no_gpu", "load_torch", "load_cupy",
+__all__ = ["Peer", "Clock", "exit_if_no_gpu", "load_torch", "load_cupy",
            "cudalibs_clock", "torch_clock", "cupy_clock", "time_calls", "median_spread", "gbps",
            "fmt_rate", "fmt_ratio", "markdown_table"]
 
@@ -37,20 +37,9 @@ NA = "n/a"
 
 
 # -- environment ----------------------------------------------------------------------------
-def why_no_gpu() -> str | None:
-    """Why cudalibs cannot run on a GPU here, or ``None`` when it can."""
-    try:
-        cl.driver_version()
-    except cl.CudaLibsError as exc:
-        return f"no NVIDIA driver ({str(exc).splitlines()[0]})"
-    if cl.device_count() == 0:
-        return "the NVIDIA driver is present but no GPU is usable"
-    return None
-
-
 def exit_if_no_gpu(script: str) -> None:
     """Print one line and exit with status 0 when no GPU is usable."""
-    reason = why_no_gpu()
+    reason = cl.unavailable_reason()
     if reason is not None:
         print(f"{script}: skipped, {reason}")
         sys.exit(0)

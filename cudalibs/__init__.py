@@ -15,7 +15,8 @@ from .driver import (Device, DeviceArray, DeviceBuffer, DeviceProperties, Event,
                      MemoryPool, Stream, alloc, alloc_async, as_device, as_stream, asarray,
                      current_device, current_stream, default_stream, device_count,
                      driver_version, empty, empty_like, from_dlpack, full, full_like,
-                     is_available, pinned_empty, to_device, zeros, zeros_like)
+                     is_available, pinned_empty, to_device, unavailable_reason, zeros,
+                     zeros_like)
 from .errors import (ClosedError, CublasError, CudaError, CudaLibsError, CudaOutOfMemoryError,
                      CudnnError, FunctionNotFoundError, LibraryNotFoundError, NcclError,
                      NvrtcError, StatusError)
@@ -28,7 +29,7 @@ __all__ = [
     "DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
-    "driver_version", "is_available", "dtypes",
+    "driver_version", "is_available", "unavailable_reason", "dtypes",
     "CudaLibsError", "LibraryNotFoundError", "FunctionNotFoundError", "ClosedError",
     "StatusError", "CudaError", "CudaOutOfMemoryError", "NvrtcError", "CublasError",
     "CudnnError", "NcclError",

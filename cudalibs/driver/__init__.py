@@ -4,7 +4,7 @@ Raw prototypes live in :mod:`cudalibs.driver._lib`; everything here is the Pytho
 the cuBLAS, cuDNN and NCCL bindings share.
 """
 
-from ._core import driver_version, init, is_available
+from ._core import driver_version, init, is_available, unavailable_reason
 from .array import (DeviceArray, asarray, empty, empty_like, from_dlpack, full, full_like,
                     to_device, zeros, zeros_like)
 from .device import Device, DeviceProperties, as_device, current_device, device_count
@@ -17,5 +17,5 @@ __all__ = [
     "DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
-    "driver_version", "is_available", "init",
+    "driver_version", "is_available", "unavailable_reason", "init",
 ]

@@ -14,7 +14,8 @@ from .._ffi import make_raiser
 from ..errors import CudaError, LibraryNotFoundError
 from . import _lib
 
-__all__ = ["lib", "raise_for", "init", "driver_version", "is_available", "ready"]
+__all__ = ["lib", "raise_for", "init", "driver_version", "is_available", "ready",
+           "unavailable_reason"]
 
 
 def lib():
@@ -71,14 +72,24 @@ def driver_version() -> tuple[int, int]:
     return v.value // 1000, (v.value % 1000) // 10
 
 
-def is_available() -> bool:
-    """Whether a driver is installed and at least one GPU is usable."""
+def unavailable_reason() -> str | None:
+    """Why no GPU can be used here (a one-line reason), or ``None`` when one can."""
     try:
         L = init()
-    except (LibraryNotFoundError, CudaError):
-        return False
+    except (LibraryNotFoundError, CudaError) as exc:
+        first = str(exc).splitlines()[0]
+        if isinstance(exc, LibraryNotFoundError):
+            return f"no NVIDIA driver ({first})"
+        return f"the NVIDIA driver cannot start ({first})"
     n = ctypes.c_int()
-    return L.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
+    if L.cuDeviceGetCount(ctypes.byref(n)) or n.value == 0:
+        return "the NVIDIA driver is present but no GPU is usable"
+    return None
+
+
+def is_available() -> bool:
+    """Whether a driver is installed and at least one GPU is usable."""
+    return unavailable_reason() is None
 
 
 def ready(status: int, function: str) -> bool:

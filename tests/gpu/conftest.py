@@ -6,18 +6,7 @@ import pytest
 
 import cudalibs
 
-
-def _why_no_gpu():
-    try:
-        cudalibs.driver_version()
-    except cudalibs.CudaLibsError as exc:
-        return f"no NVIDIA driver: {str(exc).splitlines()[0]}"
-    if cudalibs.device_count() == 0:
-        return "NVIDIA driver present but no usable GPU"
-    return None
-
-
-_REASON = _why_no_gpu()
+_REASON = cudalibs.unavailable_reason()
 
 
 def pytest_collection_modifyitems(config, items):
