@@ -12,13 +12,16 @@ from . import _lib
 
 __all__ = ["raise_for", "version", "lt_version"]
 
+
 def _status_string(status: int) -> str:
     text = _lib.get().cublasGetStatusString(status)
     return text.decode() if text else ""
 
+
 raise_for = _ffi.make_raiser(CublasError, message=_status_string)
 raise_for.__doc__ = """Raise :class:`~cudalibs.errors.CublasError` for ``status`` from ``function``.
 """
+
 
 def version() -> tuple[int, int, int]:
     """The version of the loaded cuBLAS library.
@@ -31,6 +34,7 @@ def version() -> tuple[int, int, int]:
         ``(major, minor, patch)``, for example ``(13, 1, 0)``.
     """
     return _ffi.property_version(_lib.get().cublasGetProperty, raise_for, "cublasGetProperty")
+
 
 def lt_version() -> int:
     """The version of the loaded cuBLASLt library, as one number.

@@ -331,14 +331,27 @@ class DeviceArray:
         return self.reshape(-1)
 
     def view(self, dtype) -> "DeviceArray":
-        """The same bytes seen as another dtype of the same item size."""
+        """The same bytes seen as another dtype, as ``numpy.ndarray.view`` does.
+
+        With a different item size the last axis is rescaled, which needs it to be contiguous
+        (and, when growing, its byte length to divide evenly).
+        """
         self._check()
         dt = _dtypes.lookup(dtype)
-        if dt.itemsize != self.itemsize:
-            raise ValueError(f"view as {dt.name} needs item size {self.itemsize}, not "
-                             f"{dt.itemsize}")
-        return DeviceArray._view(self._ptr, self._shape, self._strides, dt, self._device,
-                                 self._buf, self._owner)
+        old = self.itemsize
+        if dt.itemsize == old:
+            return DeviceArray._view(self._ptr, self._shape, self._strides, dt, self._device,
+                                     self._buf, self._owner)
+        if not self._shape or (self._shape[-1] != 1 and self._strides[-1] != old):
+            raise ValueError(f"view as {dt.name} changes the item size, which needs a "
+                             "contiguous last axis")
+        nbytes = self._shape[-1] * old
+        if nbytes % dt.itemsize:
+            raise ValueError(f"last axis of {nbytes} bytes does not divide into {dt.name} items")
+        shape = self._shape[:-1] + (nbytes // dt.itemsize,)
+        strides = self._strides[:-1] + (dt.itemsize,)
+        return DeviceArray._view(self._ptr, shape, strides, dt, self._device, self._buf,
+                                 self._owner)
 
     # -- transfers --------------------------------------------------------------------------
     def get(self, out: np.ndarray | None = None, stream=None, *, blocking: bool = True):

@@ -191,7 +191,7 @@ class DeviceBuffer:
             arr = asarray(src)
             if not arr.is_c_contiguous:
                 raise ValueError("copy_from needs a C-contiguous device array")
-            src = DeviceBuffer.from_handle(arr.ptr, arr.nbytes, arr.device, owner=arr).as_array()
+            src = arr.reshape(-1).view(np.uint8)
         self.as_array().copy_(src, stream)
         return self
 

@@ -125,6 +125,12 @@ def test_views_share_memory(device):
     np.testing.assert_array_equal(d[None, ..., 1].get(), d.get()[None, ..., 1])
     assert d.ravel().shape == (24,)
     np.testing.assert_array_equal(d.view(np.int32).get(), d.get().view(np.int32))
+    for dt in (np.uint8, np.float16, np.complex64):  # other item sizes rescale the last axis
+        np.testing.assert_array_equal(d.view(dt).get(), d.get().view(dt))
+    with pytest.raises(ValueError, match="contiguous last axis"):
+        d.T.view(np.uint8)
+    with pytest.raises(ValueError, match="divide"):
+        d[..., :3].copy().view(np.complex128)
     with pytest.raises(ValueError, match="C-contiguous"):
         d.T.reshape(24)
 
