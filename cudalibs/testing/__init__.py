@@ -36,7 +36,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import dtypes as _dtypes
+from .. import dtypes as _dtypes
 
 __all__ = [
     "TOLERANCES", "assert_close", "random_array", "poison_value", "with_layout",
@@ -531,77 +531,4 @@ def matrix_sizes(max_side=1024):
     return st.one_of(*choices, odd, st.integers(1, max_side))
 
 
-# ---------------------------------------------------------------------------------------------
-# numpy reference implementations
-# ---------------------------------------------------------------------------------------------
-
-def _wide(*arrays) -> type:
-    return np.complex128 if any(np.asarray(x).dtype.kind == "c" for x in arrays) else np.float64
-
-
-def _op(x: np.ndarray, trans) -> np.ndarray:
-    """Apply a BLAS ``op``: False/"N" none, True/"T" transpose, "C" conjugate transpose."""
-    if trans in (False, None, "N", "n"):
-        return x
-    if x.ndim < 2:
-        raise ValueError(f"cannot transpose an operand of shape {x.shape}")
-    if trans in (True, "T", "t"):
-        return np.swapaxes(x, -1, -2)
-    if trans in ("C", "c", "H", "h"):
-        return np.swapaxes(x, -1, -2).conj()
-    raise ValueError(f"trans must be a bool or one of 'N', 'T', 'C', got {trans!r}")
-
-
-class ref:
-    """numpy reference implementations of the library operations.
-
-    Each takes host arrays (anything ``numpy.asarray`` accepts), computes in float64
-    (complex128 when any input is complex) and returns that wide result; compare with
-    :func:`assert_close` passing the input dtype.
-    """
-
-    def __init__(self):  # pragma: no cover - a namespace
-        raise TypeError("cudalibs.testing.ref is a namespace; call its functions directly")
-
-    @staticmethod
-    def gemm(a, b, c=None, alpha=1, beta=0, trans_a=False, trans_b=False) -> np.ndarray:
-        """``alpha * op(a) @ op(b) + beta * c``, row-major, in float64 or complex128.
-
-        Parameters
-        ----------
-        a, b : array-like
-            Matrices, or stacks of them (leading axes broadcast as in ``numpy.matmul``).
-        c : array-like, optional
-            Added as ``beta * c``; omitted means zero, whatever ``beta`` is.
-        alpha, beta : scalar
-        trans_a, trans_b : bool or {"N", "T", "C"}
-            ``op``: none, transpose of the last two axes, or conjugate transpose.
-
-        Returns
-        -------
-        numpy.ndarray
-            float64, or complex128 when any operand or scalar is complex.
-
-        Raises
-        ------
-        ValueError
-            Inner dimensions differ, or ``c`` does not broadcast to the product's shape.
-        """
-        wide = _wide(a, b, *(() if c is None else (c,)), alpha, beta)
-        A = _op(np.asarray(a).astype(wide), trans_a)
-        B = _op(np.asarray(b).astype(wide), trans_b)
-        if A.ndim < 2 or B.ndim < 2:
-            raise ValueError(f"gemm needs matrices, got op(a) {A.shape} and op(b) {B.shape}")
-        if A.shape[-1] != B.shape[-2]:
-            raise ValueError(f"inner dimensions differ: op(a) {A.shape} @ op(b) {B.shape}")
-        out = wide(alpha) * np.matmul(A, B)
-        if c is not None:
-            C = np.asarray(c).astype(wide)
-            try:
-                fits = np.broadcast_shapes(C.shape, out.shape) == out.shape
-            except ValueError:
-                fits = False
-            if not fits:
-                raise ValueError(f"c of shape {C.shape} does not fit the product {out.shape}")
-            out = out + wide(beta) * C
-        return out
+from . import ref  # noqa: E402  (the references import the helpers above)

@@ -1,0 +1,201 @@
+"""Library handles per (device, thread) and scratch workspaces per (device, stream).
+
+cuBLAS, cuBLASLt and cuDNN each need a handle, which is costly to create (milliseconds) and
+not safe to share between threads, and most calls need scratch memory.  Both are cached here
+so that a repeated call builds nothing:
+
+- :class:`HandleCache` creates one handle per (device, thread) on first use, with the device's
+  context current, and keeps it until the interpreter exits.  Handles are never destroyed by
+  the garbage collector mid-run (a destroy synchronises the device and may run at any point in
+  another thread's work); a thread that ends leaves its handles to the exit hook.
+- :class:`Handle.bind` calls the library's set-stream function only when the stream changes,
+  since that call costs as much as the rest of a small GEMM.
+- :class:`Workspaces` keeps one buffer per (device, stream) that grows to the largest size
+  asked for and is then reused.  Work on one stream runs in order, so the same buffer serves
+  every call on that stream; two streams never share one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any, Callable
+
+from .device import Device
+from .memory import DeviceBuffer, alloc
+
+__all__ = ["Handle", "HandleCache", "Workspaces"]
+
+
+class Handle:
+    """One library handle of one device, used by one thread.
+
+    Attributes
+    ----------
+    raw
+        The ctypes handle (the library's opaque pointer type).
+    device : Device
+        The device whose context was current when the handle was created.
+    stream : int or None
+        The raw stream handle last bound with :meth:`bind` (``None``: never bound).
+    """
+
+    __slots__ = ("raw", "device", "stream", "_set_stream", "extra")
+
+    def __init__(self, raw, device: Device, set_stream: Callable[[Any, int], None] | None):
+        self.raw = raw
+        self.device = device
+        self.stream: int | None = None
+        self._set_stream = set_stream
+        #: Per-handle state a binding may keep (for example the workspace last set).
+        self.extra: dict = {}
+
+    def bind(self, stream: int) -> bool:
+        """Bind the handle to raw stream handle ``stream`` if it is not bound to it already.
+
+        Returns
+        -------
+        bool
+            True when the library's set-stream function was called.
+        """
+        if stream == self.stream:
+            return False
+        if self._set_stream is not None:
+            self._set_stream(self.raw, stream)
+        self.stream = stream
+        return True
+
+    def __repr__(self) -> str:
+        value = getattr(self.raw, "value", self.raw)
+        return (f"<Handle {type(self.raw).__name__} 0x{value or 0:x} on {self.device!r}, "
+                f"stream {self.stream}>")
+
+
+class HandleCache:
+    """Create a library handle per (device, thread) on first use; destroy them all at exit.
+
+    Parameters
+    ----------
+    name : str
+        The library, for messages (``"cuBLAS"``).
+    create : callable
+        ``create(device) -> raw``: makes a handle; called with ``device``'s context current.
+        It raises on failure and must leave nothing behind when it does.
+    destroy : callable
+        ``destroy(raw)``: frees a handle; called once per handle from the exit hook, with
+        its device's context current.  Errors there are ignored (the process is ending).
+    set_stream : callable, optional
+        ``set_stream(raw, stream_handle)``, used by :meth:`Handle.bind`.
+    """
+
+    def __init__(self, name: str, create: Callable[[Device], Any],
+                 destroy: Callable[[Any], Any],
+                 set_stream: Callable[[Any, int], None] | None = None):
+        self.name = name
+        self._create = create
+        self._destroy = destroy
+        self._set_stream = set_stream
+        self._local = threading.local()
+        self._all: list[Handle] = []       # strong references: no GC-time destroy
+        self._lock = threading.Lock()
+        self._exit_registered = False
+
+    def get(self, device: Device) -> Handle:
+        """The calling thread's handle for ``device``, created on first use."""
+        try:
+            return self._local.handles[device.ordinal]
+        except AttributeError:
+            self._local.handles = {}
+        except KeyError:
+            pass
+        with device:
+            raw = self._create(device)
+        handle = Handle(raw, device, self._set_stream)
+        with self._lock:
+            self._all.append(handle)
+            if not self._exit_registered:
+                atexit.register(self._destroy_all)
+                self._exit_registered = True
+        self._local.handles[device.ordinal] = handle
+        return handle
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def _destroy_all(self) -> None:
+        with self._lock:
+            handles, self._all = self._all, []
+        for h in handles:
+            try:
+                with h.device:
+                    self._destroy(h.raw)
+            except Exception:   # noqa: BLE001 - the process is exiting; nothing to report to
+                pass
+
+    def __repr__(self) -> str:
+        return f"<HandleCache {self.name}: {len(self._all)} handle(s)>"
+
+
+class Workspaces:
+    """Scratch buffers per (device, stream) that grow to the largest need and are reused.
+
+    ``get(device, stream_handle, nbytes)`` returns a buffer of at least ``nbytes`` for work
+    enqueued on that stream.  Growing waits for the stream before freeing the smaller buffer,
+    since work already queued may still be using it; this happens only a few times per stream.
+    """
+
+    def __init__(self):
+        self._buffers: dict[tuple[int, int], DeviceBuffer] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device: Device, stream: int, nbytes: int) -> DeviceBuffer | None:
+        """A buffer of at least ``nbytes`` bytes for stream handle ``stream``.
+
+        Returns
+        -------
+        DeviceBuffer or None
+            None when ``nbytes`` is 0 and no buffer exists yet.
+        """
+        key = (device.ordinal, stream)
+        buf = self._buffers.get(key)
+        if buf is not None and buf.size >= nbytes:
+            return buf
+        if nbytes <= 0:
+            return buf
+        with self._lock:
+            buf = self._buffers.get(key)
+            if buf is not None and buf.size >= nbytes:
+                return buf
+            if buf is not None:
+                from .stream import Stream
+
+                Stream.from_handle(stream, device).sync()
+                buf.close()
+            # Round up so that a sequence of slightly growing requests does not reallocate
+            # every time.
+            size = max(nbytes, 1 << 20)
+            size = (size + (1 << 20) - 1) & ~((1 << 20) - 1)
+            buf = alloc(size, device)
+            self._buffers[key] = buf
+            return buf
+
+    def size(self, device: Device, stream: int) -> int:
+        """Bytes held for (device, stream), 0 if none."""
+        buf = self._buffers.get((device.ordinal, stream))
+        return 0 if buf is None else buf.size
+
+    def release(self, device: Device | None = None) -> None:
+        """Free the buffers (of ``device`` only, if given) after synchronising their device."""
+        with self._lock:
+            keys = [k for k in self._buffers if device is None or k[0] == device.ordinal]
+            for key in keys:
+                buf = self._buffers.pop(key)
+                buf.device.synchronize()
+                buf.close()
+
+    def total_bytes(self) -> int:
+        """Bytes held over all devices and streams."""
+        return sum(b.size for b in self._buffers.values())
+
+    def __repr__(self) -> str:
+        return f"<Workspaces: {len(self._buffers)} buffer(s), {self.total_bytes()} bytes>"
