@@ -12,7 +12,8 @@ Importing cudalibs loads no library; each is found and loaded on first use (see
 
 from . import dtypes
 from .driver import (Device, DeviceArray, DeviceBuffer, DeviceProperties, Event, HostBuffer,
-                     MemoryPool, Stream, alloc, alloc_async, as_device, as_stream, asarray,
+                     Kernel, Launcher, MemoryPool, Module, Stream, alloc, alloc_async,
+                     as_device, as_stream, asarray, compile, graph,
                      current_device, current_stream, default_stream, device_count,
                      driver_version, empty, empty_like, from_dlpack, full, full_like,
                      is_available, pinned_empty, to_device, unavailable_reason, zeros,
@@ -30,6 +31,7 @@ __all__ = [
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
     "driver_version", "is_available", "unavailable_reason", "dtypes",
+    "Module", "Kernel", "Launcher", "compile", "graph",
     "CudaLibsError", "LibraryNotFoundError", "FunctionNotFoundError", "ClosedError",
     "StatusError", "CudaError", "CudaOutOfMemoryError", "NvrtcError", "CublasError",
     "CudnnError", "NcclError",

@@ -29,9 +29,46 @@ def _memory_round_trip() -> str:
     return f"{device_count()} device(s): H2D, strided D2D, D2H, fill"
 
 
+def _gemm() -> str:
+    from . import cublas
+    from .driver import Device, Stream, to_device
+    from .testing import assert_close, random_array, ref
+
+    rng = np.random.default_rng(0)
+    dev = Device(0)
+    a = random_array((97, 64), np.float32, rng=rng)
+    b = random_array((64, 33), np.float32, rng=rng)
+    bias = random_array((33,), np.float32, rng=rng)
+    with Stream(dev) as s:
+        da, db, dbias = (to_device(x, device=dev, stream=s) for x in (a, b, bias))
+        c = cublas.gemm(da, db.T.copy().T, stream=s).get(stream=s)
+        d = cublas.matmul(da, db, bias=dbias, epilogue="bias_relu", stream=s).get(stream=s)
+    assert_close(c, ref.gemm(a, b), np.float32)
+    assert_close(d, np.maximum(ref.gemm(a, b) + bias, 0), np.float32)
+    return "cuBLAS fp32 GEMM (transposed operand) and cuBLASLt matmul + bias + ReLU vs numpy"
+
+
+def _conv() -> str:
+    from . import cudnn
+    from .driver import Device, Stream, to_device
+    from .testing import assert_close, random_array, ref
+
+    rng = np.random.default_rng(0)
+    dev = Device(0)
+    x = random_array((2, 6, 11, 9), np.float32, rng=rng)
+    w = random_array((4, 3, 3, 3), np.float32, rng=rng)
+    with Stream(dev) as s:
+        dx, dw = to_device(x, device=dev, stream=s), to_device(w, device=dev, stream=s)
+        y = cudnn.conv_forward(dx, dw, stride=(2, 1), padding=1, groups=2, stream=s).get(stream=s)
+    assert_close(y, ref.conv_forward(x, w, (2, 1), 1, 1, 2), np.float32)
+    return f"cuDNN {'.'.join(map(str, cudnn.version_tuple()))} grouped strided conv vs numpy"
+
+
 #: (name, check) pairs run in order.
 CHECKS = [
     ("memory round trip", _memory_round_trip),
+    ("GEMM", _gemm),
+    ("convolution", _conv),
 ]
 
 

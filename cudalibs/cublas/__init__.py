@@ -1,11 +1,31 @@
-"""cuBLAS and cuBLASLt: dense linear algebra on the GPU.
+"""cuBLAS and cuBLASLt: dense linear algebra on the GPU, with numpy (row-major) semantics.
+
+- :func:`gemm`, :func:`gemm_strided_batched`, :func:`gemm_batched`: ``cublasGemmEx`` and its
+  batched forms in float64, float32 (``compute="tf32"`` opt-in), float16/bfloat16 (fp32
+  accumulation), int8 -> int32 and complex; transposed views become transpose flags.
+- :func:`tune_gemm` / ``algo="tuned"`` / :func:`algo_cache`: the fastest ``cublasGemmAlgo_t``
+  per problem.
+- :class:`Matmul` (cuBLASLt plans: heuristics, :meth:`Matmul.autotune`, fused bias/ReLU/GELU
+  epilogues, fp8) and :func:`matmul`, its cached one-shot form.
+- :func:`axpy`, :func:`scal`, :func:`dot`, :func:`nrm2`, :func:`gemv`.
 
 ``_lib`` holds the raw prototype tables of both libraries (``libcublas`` and ``libcublasLt``,
-loaded separately and lazily); the wrapper modules build on :mod:`cudalibs.cublas._base`,
-which turns a ``cublasStatus_t`` into :class:`~cudalibs.errors.CublasError`.  Importing this
-package loads nothing.
+loaded separately and lazily); handles live in :mod:`cudalibs.cublas.handle`, one per
+(device, thread), bound to the call's stream and its workspace.  Importing this package
+loads nothing.
 """
 
 from ._base import lt_version, version
+from .blas import axpy, dot, gemv, nrm2, scal
+from .gemm import (GEMM_ALGOS, SUPPORTED, GemmArgs, algo_cache, clear_algo_cache, gemm,
+                   gemm_args, gemm_batched, gemm_strided_batched, tune_gemm)
+from .handle import WORKSPACE_BYTES, prepare
+from .lt import (EPILOGUES, Matmul, MatmulDesc, MatmulPreference, MatrixLayout,
+                 clear_plan_cache, matmul, plan_cache)
 
-__all__ = ["version", "lt_version"]
+__all__ = ["version", "lt_version",
+           "gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
+           "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS",
+           "axpy", "scal", "dot", "nrm2", "gemv",
+           "Matmul", "matmul", "MatrixLayout", "MatmulDesc", "MatmulPreference", "EPILOGUES",
+           "plan_cache", "clear_plan_cache", "WORKSPACE_BYTES", "prepare"]

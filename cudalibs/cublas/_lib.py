@@ -11,8 +11,8 @@ The ``*_ATTRIBUTE_TYPES`` dictionaries give the C type of each descriptor attrib
 header documents it, so that get/set wrappers pass buffers of the right size.
 """
 
-from ctypes import (POINTER, c_char_p, c_float, c_int, c_int8, c_int32, c_int64, c_size_t,
-                    c_uint32, c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, c_char_p, c_float, c_int, c_int8, c_int32, c_int64,
+                    c_longlong, c_size_t, c_uint32, c_uint64, c_void_p)
 
 from .._ffi import LazyLibrary, Proto, opaque_handle
 from ..driver._lib import CUstream
@@ -25,6 +25,8 @@ cublasStatus_t = c_int
 cublasPointerMode_t = c_int
 cublasMath_t = c_int
 cublasComputeType_t = c_int
+cublasOperation_t = c_int
+cublasGemmAlgo_t = c_int
 cudaDataType = c_int  # library_types.h: typedef enum cudaDataType_t {...} cudaDataType
 cudaDataType_t = cudaDataType
 libraryPropertyType = c_int
@@ -41,6 +43,33 @@ cublasLtHandle_t = opaque_handle("cublasLtContext")
 cublasLtMatrixLayout_t = opaque_handle("cublasLtMatrixLayoutOpaque_t")
 cublasLtMatmulDesc_t = opaque_handle("cublasLtMatmulDescOpaque_t")
 cublasLtMatmulPreference_t = opaque_handle("cublasLtMatmulPreferenceOpaque_t")
+
+
+class cublasLtMatmulAlgo_t(Structure):
+    """``typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t``: an algorithm, passed by
+    pointer to ``cublasLtMatmul`` and returned by value inside heuristic results."""
+
+    _fields_ = [("data", c_uint64 * 8)]
+
+
+class cublasLtMatmulHeuristicResult_t(Structure):
+    """One entry of ``cublasLtMatmulAlgoGetHeuristic``'s result array."""
+
+    _fields_ = [
+        ("algo", cublasLtMatmulAlgo_t),
+        ("workspaceSize", c_size_t),
+        ("state", c_int),             # cublasStatus_t
+        ("wavesCount", c_float),
+        ("reserved", c_int * 4),
+    ]
+
+
+# Structs whose layout a CPU test compares with cublasLt.h: ctypes class -> C struct tag.
+STRUCTS = {
+    cublasLtMatmulAlgo_t: "cublasLtMatmulAlgo_t",
+    cublasLtMatmulHeuristicResult_t: "cublasLtMatmulHeuristicResult_t",
+}
+
 # driver_types.h: typedef struct CUstream_st *cudaStream_t -- the driver's CUstream, the very
 # same ctypes type, so a cudalibs stream handle passes straight through.
 cudaStream_t = CUstream
@@ -54,6 +83,13 @@ PATCH_LEVEL = 2
 CUBLAS_OP_N = 0
 CUBLAS_OP_T = 1
 CUBLAS_OP_C = 2
+# enum cublasGemmAlgo_t: DEFAULT, ALGO0..23, DEFAULT_TENSOR_OP, ALGO0..15_TENSOR_OP
+CUBLAS_GEMM_DEFAULT = -1
+CUBLAS_GEMM_ALGO0 = 0
+CUBLAS_GEMM_ALGO23 = 23
+CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
+CUBLAS_GEMM_ALGO0_TENSOR_OP = 100
+CUBLAS_GEMM_ALGO15_TENSOR_OP = 115
 # enum cublasPointerMode_t
 CUBLAS_POINTER_MODE_HOST = 0
 CUBLAS_POINTER_MODE_DEVICE = 1
@@ -174,6 +210,12 @@ CUBLASLT_EPILOGUE_DGELU_BGRAD = 208
 CUBLASLT_EPILOGUE_BGRADA = 256
 CUBLASLT_EPILOGUE_BGRADB = 512
 
+# enum cublasLtMatmulAlgoConfigAttributes_t (the algorithm's id, for display and cache keys)
+CUBLASLT_ALGO_CONFIG_ID = 0
+CUBLASLT_ALGO_CONFIG_TILE_ID = 1
+CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2
+CUBLASLT_ALGO_CONFIG_STAGES_ID = 6
+
 # enum cublasLtMatmulPreferenceAttributes_t
 CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0
 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
@@ -228,6 +270,99 @@ TABLE = [
     # cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t* mode)
     Proto("cublasGetPointerMode_v2", cublasStatus_t,
           [cublasHandle_t, POINTER(cublasPointerMode_t)]),
+    # cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+    #                             cublasOperation_t transb, int m, int n, int k,
+    #                             const void* alpha, const void* A, cudaDataType Atype, int lda,
+    #                             const void* B, cudaDataType Btype, int ldb, const void* beta,
+    #                             void* C, cudaDataType Ctype, int ldc,
+    #                             cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+    Proto("cublasGemmEx", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, cublasOperation_t, c_int, c_int, c_int,
+           c_void_p, c_void_p, cudaDataType, c_int, c_void_p, cudaDataType, c_int, c_void_p,
+           c_void_p, cudaDataType, c_int, cublasComputeType_t, cublasGemmAlgo_t]),
+    # cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+    #     cublasOperation_t transb, int m, int n, int k, const void* alpha, const void* A,
+    #     cudaDataType Atype, int lda, long long int strideA, const void* B, cudaDataType Btype,
+    #     int ldb, long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+    #     long long int strideC, int batchCount, cublasComputeType_t computeType,
+    #     cublasGemmAlgo_t algo)
+    Proto("cublasGemmStridedBatchedEx", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, cublasOperation_t, c_int, c_int, c_int,
+           c_void_p, c_void_p, cudaDataType, c_int, c_longlong, c_void_p, cudaDataType, c_int,
+           c_longlong, c_void_p, c_void_p, cudaDataType, c_int, c_longlong, c_int,
+           cublasComputeType_t, cublasGemmAlgo_t]),
+    # cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+    #     cublasOperation_t transb, int m, int n, int k, const void* alpha,
+    #     const void* const Aarray[], cudaDataType Atype, int lda, const void* const Barray[],
+    #     cudaDataType Btype, int ldb, const void* beta, void* const Carray[],
+    #     cudaDataType Ctype, int ldc, int batchCount, cublasComputeType_t computeType,
+    #     cublasGemmAlgo_t algo)
+    Proto("cublasGemmBatchedEx", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, cublasOperation_t, c_int, c_int, c_int,
+           c_void_p, c_void_p, cudaDataType, c_int, c_void_p, cudaDataType, c_int, c_void_p,
+           c_void_p, cudaDataType, c_int, c_int, cublasComputeType_t, cublasGemmAlgo_t]),
+    # cublasStatus_t cublasAxpyEx(cublasHandle_t handle, int n, const void* alpha,
+    #                             cudaDataType alphaType, const void* x, cudaDataType xType,
+    #                             int incx, void* y, cudaDataType yType, int incy,
+    #                             cudaDataType executiontype)
+    Proto("cublasAxpyEx", cublasStatus_t,
+          [cublasHandle_t, c_int, c_void_p, cudaDataType, c_void_p, cudaDataType, c_int,
+           c_void_p, cudaDataType, c_int, cudaDataType]),
+    # cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void* x,
+    #                            cudaDataType xType, int incx, const void* y,
+    #                            cudaDataType yType, int incy, void* result,
+    #                            cudaDataType resultType, cudaDataType executionType)
+    Proto("cublasDotEx", cublasStatus_t,
+          [cublasHandle_t, c_int, c_void_p, cudaDataType, c_int, c_void_p, cudaDataType, c_int,
+           c_void_p, cudaDataType, cudaDataType]),
+    # cublasStatus_t cublasDotcEx(cublasHandle_t handle, int n, const void* x,
+    #                             cudaDataType xType, int incx, const void* y,
+    #                             cudaDataType yType, int incy, void* result,
+    #                             cudaDataType resultType, cudaDataType executionType)
+    Proto("cublasDotcEx", cublasStatus_t,
+          [cublasHandle_t, c_int, c_void_p, cudaDataType, c_int, c_void_p, cudaDataType, c_int,
+           c_void_p, cudaDataType, cudaDataType]),
+    # cublasStatus_t cublasNrm2Ex(cublasHandle_t handle, int n, const void* x,
+    #                             cudaDataType xType, int incx, void* result,
+    #                             cudaDataType resultType, cudaDataType executionType)
+    Proto("cublasNrm2Ex", cublasStatus_t,
+          [cublasHandle_t, c_int, c_void_p, cudaDataType, c_int, c_void_p, cudaDataType,
+           cudaDataType]),
+    # cublasStatus_t cublasScalEx(cublasHandle_t handle, int n, const void* alpha,
+    #                             cudaDataType alphaType, void* x, cudaDataType xType,
+    #                             int incx, cudaDataType executionType)
+    Proto("cublasScalEx", cublasStatus_t,
+          [cublasHandle_t, c_int, c_void_p, cudaDataType, c_void_p, cudaDataType, c_int,
+           cudaDataType]),
+    # cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m,
+    #                               int n, const float* alpha, const float* A, int lda,
+    #                               const float* x, int incx, const float* beta, float* y,
+    #                               int incy)
+    Proto("cublasSgemv_v2", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, c_int, c_int, c_void_p, c_void_p, c_int,
+           c_void_p, c_int, c_void_p, c_void_p, c_int]),
+    # cublasStatus_t cublasDgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m,
+    #                               int n, const double* alpha, const double* A, int lda,
+    #                               const double* x, int incx, const double* beta, double* y,
+    #                               int incy)
+    Proto("cublasDgemv_v2", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, c_int, c_int, c_void_p, c_void_p, c_int,
+           c_void_p, c_int, c_void_p, c_void_p, c_int]),
+    # cublasStatus_t cublasCgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m,
+    #                               int n, const cuComplex* alpha, const cuComplex* A, int lda,
+    #                               const cuComplex* x, int incx, const cuComplex* beta,
+    #                               cuComplex* y, int incy)
+    Proto("cublasCgemv_v2", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, c_int, c_int, c_void_p, c_void_p, c_int,
+           c_void_p, c_int, c_void_p, c_void_p, c_int]),
+    # cublasStatus_t cublasZgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m,
+    #                               int n, const cuDoubleComplex* alpha,
+    #                               const cuDoubleComplex* A, int lda, const cuDoubleComplex* x,
+    #                               int incx, const cuDoubleComplex* beta, cuDoubleComplex* y,
+    #                               int incy)
+    Proto("cublasZgemv_v2", cublasStatus_t,
+          [cublasHandle_t, cublasOperation_t, c_int, c_int, c_void_p, c_void_p, c_int,
+           c_void_p, c_int, c_void_p, c_void_p, c_int]),
 ]
 
 LT_TABLE = [
@@ -294,6 +429,40 @@ LT_TABLE = [
     Proto("cublasLtMatmulPreferenceSetAttribute", cublasStatus_t,
           [cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, c_void_p,
            c_size_t]),
+    # cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
+    #                                                     cublasLtMatmulPreferenceAttributes_t attr,
+    #                                                     void* buf, size_t sizeInBytes,
+    #                                                     size_t* sizeWritten)
+    Proto("cublasLtMatmulPreferenceGetAttribute", cublasStatus_t,
+          [cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, c_void_p,
+           c_size_t, POINTER(c_size_t)]),
+    # cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
+    #     cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+    #     cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc,
+    #     cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t preference,
+    #     int requestedAlgoCount, cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+    #     int* returnAlgoCount)
+    Proto("cublasLtMatmulAlgoGetHeuristic", cublasStatus_t,
+          [cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+           cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+           cublasLtMatmulPreference_t, c_int, POINTER(cublasLtMatmulHeuristicResult_t),
+           POINTER(c_int)]),
+    # cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
+    #     cublasLtMatmulDesc_t computeDesc, const void* alpha, const void* A,
+    #     cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+    #     const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+    #     cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+    #     size_t workspaceSizeInBytes, cudaStream_t stream)
+    Proto("cublasLtMatmul", cublasStatus_t,
+          [cublasLtHandle_t, cublasLtMatmulDesc_t, c_void_p, c_void_p, cublasLtMatrixLayout_t,
+           c_void_p, cublasLtMatrixLayout_t, c_void_p, c_void_p, cublasLtMatrixLayout_t,
+           c_void_p, cublasLtMatrixLayout_t, POINTER(cublasLtMatmulAlgo_t), c_void_p,
+           c_size_t, cudaStream_t]),
+    # cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+    #     cublasLtMatmulAlgoConfigAttributes_t attr, void* buf, size_t sizeInBytes,
+    #     size_t* sizeWritten)
+    Proto("cublasLtMatmulAlgoConfigGetAttribute", cublasStatus_t,
+          [POINTER(cublasLtMatmulAlgo_t), c_int, c_void_p, c_size_t, POINTER(c_size_t)]),
 ]
 
 get = LazyLibrary("cublas", TABLE)

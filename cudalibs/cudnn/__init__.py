@@ -1,11 +1,51 @@
 """cuDNN: deep-learning primitives (convolution, pooling, activation, normalization).
 
-``_lib`` holds the raw prototype table of ``libcudnn.so.9``; the wrapper modules build on
-:mod:`cudalibs.cudnn._base`, which turns a ``cudnnStatus_t`` into
-:class:`~cudalibs.errors.CudnnError` carrying ``cudnnGetLastErrorString``.  Importing this
+``_lib`` holds the raw prototype table (bound against ``libcudnn.so.9``, which forwards to the
+``libcudnn_ops`` / ``libcudnn_cnn`` sub-libraries); :mod:`~cudalibs.cudnn._base` turns a
+``cudnnStatus_t`` into :class:`~cudalibs.errors.CudnnError` carrying
+``cudnnGetLastErrorString``.  The wrappers:
+
+- :mod:`~cudalibs.cudnn.handle`: one cuDNN handle per (device, thread), bound to the call's
+  stream when it changes; workspaces per (device, stream) that grow and are reused.
+- :mod:`~cudalibs.cudnn.descriptors`: RAII descriptors cached by their parameters; the layout
+  convention (logical NCHW arrays, layout read from strides).
+- :mod:`~cudalibs.cudnn.conv`: convolution forward/backward, fused conv+bias+activation,
+  algorithm find/heuristic with plans cached per problem key.
+- :mod:`~cudalibs.cudnn.norm`, :mod:`~cudalibs.cudnn.pooling`,
+  :mod:`~cudalibs.cudnn.activation`: batch-norm, pooling, activations, softmax, add_tensor.
+
+Every function takes DeviceArrays (or any CUDA array), ``stream=None`` meaning the thread's
+current stream, and allocates outputs stream-ordered unless ``out=`` is given.  Importing this
 package loads nothing.
 """
 
-from ._base import last_error_string, version, version_tuple
+from ._base import check_versions, last_error_string, version, version_tuple
+from .activation import (activation, activation_backward, activation_forward, add_tensor,
+                         softmax, softmax_backward, softmax_forward)
+from .conv import (BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, ConvPlan, NoAlgorithmError,
+                   algo_cache, clear_algo_cache, conv_backward_bias, conv_backward_data,
+                   conv_backward_filter, conv_bias_act, conv_forward, conv_output_shape)
+from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, FilterDescriptor,
+                          PoolingDescriptor, TensorDescriptor, activation_descriptor,
+                          clear_descriptor_cache, convolution_descriptor,
+                          descriptor_cache_size, filter_descriptor, pooling_descriptor,
+                          tensor_descriptor)
+from .handle import release_workspaces, set_workspace_limit, workspace_bytes, workspace_limit
+from .norm import batch_norm_backward, batch_norm_infer, batch_norm_train
+from .pooling import pooling_backward, pooling_forward, pooling_output_shape
 
-__all__ = ["version", "version_tuple", "last_error_string"]
+__all__ = [
+    "version", "version_tuple", "last_error_string", "check_versions",
+    "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
+    "conv_bias_act", "conv_output_shape", "ConvPlan", "NoAlgorithmError", "algo_cache",
+    "clear_algo_cache", "FWD_ALGOS", "BWD_DATA_ALGOS", "BWD_FILTER_ALGOS",
+    "batch_norm_train", "batch_norm_infer", "batch_norm_backward",
+    "pooling_forward", "pooling_backward", "pooling_output_shape",
+    "activation", "activation_forward", "activation_backward", "softmax", "softmax_forward",
+    "softmax_backward", "add_tensor",
+    "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
+    "ActivationDescriptor", "tensor_descriptor", "filter_descriptor",
+    "convolution_descriptor", "pooling_descriptor", "activation_descriptor",
+    "descriptor_cache_size", "clear_descriptor_cache",
+    "set_workspace_limit", "workspace_limit", "workspace_bytes", "release_workspaces",
+]

@@ -13,7 +13,7 @@ from .. import _ffi
 from ..errors import CudnnError
 from . import _lib
 
-__all__ = ["raise_for", "version", "version_tuple", "last_error_string"]
+__all__ = ["raise_for", "version", "version_tuple", "last_error_string", "check_versions"]
 
 # cudnnGetLastErrorString truncates to the buffer it is given; its messages are a few lines.
 _LAST_ERROR_BYTES = 4096
@@ -61,3 +61,31 @@ def version_tuple() -> tuple[int, int, int]:
         ``(major, minor, patch)``, for example ``(9, 19, 0)``.
     """
     return _ffi.property_version(_lib.get().cudnnGetProperty, raise_for, "cudnnGetProperty")
+
+
+_checked_versions = False
+
+
+def check_versions() -> None:
+    """Check once per process that cuDNN's sub-libraries match ``libcudnn.so.9``.
+
+    cuDNN 9 is several shared objects (graph, ops, cnn, engines); a stray older
+    ``libcudnn_cnn.so.9`` on the loader path would otherwise fail later with an opaque status.
+    Each ``cudnn*VersionCheck`` needs no GPU.
+
+    Raises
+    ------
+    CudnnError
+        A sub-library is missing or of another version; the message names which.
+    """
+    global _checked_versions
+    if _checked_versions:
+        return
+    L = _lib.get()
+    for fn in ("cudnnGraphVersionCheck", "cudnnOpsVersionCheck", "cudnnCnnVersionCheck"):
+        st = getattr(L, fn)()
+        if st:
+            raise_for(st, fn, f"the cuDNN sub-library checked by {fn} does not match "
+                              f"{L.path or 'libcudnn.so.9'} (version {version()}); "
+                              "install one consistent cuDNN")
+    _checked_versions = True

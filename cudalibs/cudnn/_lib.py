@@ -1,14 +1,18 @@
 """cuDNN: ctypes types and the prototype table (``cudnn.h``), nothing else.
 
 ``cudnn.h`` only includes ``cudnn_graph.h``, ``cudnn_ops.h``, ``cudnn_cnn.h`` and
-``cudnn_adv.h``; ``libcudnn.so.9`` exports every function below and loads the sub-library that
-implements it (``libcudnn_ops``, ``libcudnn_cnn``, ...) on first use.  Names are the vendor's.
+``cudnn_adv.h``.  cuDNN 9 implements the legacy API in sub-libraries (``libcudnn_ops.so.9``:
+tensors, pooling, activation, softmax, batch-norm; ``libcudnn_cnn.so.9``: convolution), but
+``libcudnn.so.9`` exports a forwarding stub for every one of them (checked with ``nm -D`` on
+the 9.x wheels) and dlopens the sub-library on first use, so one table bound against
+``libcudnn.so.9`` reaches all of them; the ``cudnn*VersionCheck`` rows tell whether the
+sub-libraries it found match it.  Names are the vendor's.
 cuDNN 9 marks the legacy descriptor API (filter, convolution, pooling, activation)
 ``CUDNN_DEPRECATED``, but still exports it; the graph API is bound separately when a wrapper
 needs it.  A CPU test checks every row against the headers.
 """
 
-from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t
+from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_size_t, c_void_p
 
 from .._ffi import LazyLibrary, Proto, opaque_handle
 from ..driver._lib import CUstream
@@ -25,6 +29,13 @@ cudnnPoolingMode_t = c_int
 cudnnActivationMode_t = c_int
 cudnnNanPropagation_t = c_int
 libraryPropertyType = c_int
+cudnnSoftmaxAlgorithm_t = c_int
+cudnnSoftmaxMode_t = c_int
+cudnnBatchNormMode_t = c_int
+cudnnDeterminism_t = c_int
+cudnnConvolutionFwdAlgo_t = c_int
+cudnnConvolutionBwdDataAlgo_t = c_int
+cudnnConvolutionBwdFilterAlgo_t = c_int
 
 # typedef struct cudnnContext *cudnnHandle_t
 cudnnHandle_t = opaque_handle("cudnnContext")
@@ -86,6 +97,70 @@ CUDNN_ACTIVATION_CLIPPED_RELU = 3
 CUDNN_ACTIVATION_ELU = 4
 CUDNN_ACTIVATION_IDENTITY = 5
 CUDNN_ACTIVATION_SWISH = 6
+# enum cudnnSoftmaxAlgorithm_t
+CUDNN_SOFTMAX_FAST = 0
+CUDNN_SOFTMAX_ACCURATE = 1
+CUDNN_SOFTMAX_LOG = 2
+# enum cudnnSoftmaxMode_t
+CUDNN_SOFTMAX_MODE_INSTANCE = 0
+CUDNN_SOFTMAX_MODE_CHANNEL = 1
+# enum cudnnBatchNormMode_t
+CUDNN_BATCHNORM_PER_ACTIVATION = 0
+CUDNN_BATCHNORM_SPATIAL = 1
+CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2
+# enum cudnnDeterminism_t
+CUDNN_NON_DETERMINISTIC = 0
+CUDNN_DETERMINISTIC = 1
+# enum cudnnConvolutionFwdAlgo_t
+CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0
+CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM = 1
+CUDNN_CONVOLUTION_FWD_ALGO_GEMM = 2
+CUDNN_CONVOLUTION_FWD_ALGO_DIRECT = 3
+CUDNN_CONVOLUTION_FWD_ALGO_FFT = 4
+CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING = 5
+CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD = 6
+CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED = 7
+CUDNN_CONVOLUTION_FWD_ALGO_COUNT = 8
+# enum cudnnConvolutionBwdDataAlgo_t
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 = 1
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT = 2
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING = 3
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD = 4
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED = 5
+CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT = 6
+# enum cudnnConvolutionBwdFilterAlgo_t
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 = 1
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT = 2
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 = 3
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD = 4
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED = 5
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING = 6
+CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT = 7
+
+
+def _perf_struct(tag):
+    # typedef struct cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerfStruct {
+    #     cudnnConvolution...Algo_t algo; cudnnStatus_t status; float time; size_t memory;
+    #     cudnnDeterminism_t determinism; cudnnMathType_t mathType; int reserved[3];
+    # } -- the three are identical but distinct C types.
+    return type(tag, (Structure,), {"_fields_": [
+        ("algo", c_int), ("status", cudnnStatus_t), ("time", c_float), ("memory", c_size_t),
+        ("determinism", cudnnDeterminism_t), ("mathType", cudnnMathType_t),
+        ("reserved", c_int * 3)]})
+
+
+cudnnConvolutionFwdAlgoPerf_t = _perf_struct("cudnnConvolutionFwdAlgoPerfStruct")
+cudnnConvolutionBwdDataAlgoPerf_t = _perf_struct("cudnnConvolutionBwdDataAlgoPerfStruct")
+cudnnConvolutionBwdFilterAlgoPerf_t = _perf_struct("cudnnConvolutionBwdFilterAlgoPerfStruct")
+
+# ctypes struct -> C struct tag, for the CPU header test.
+STRUCTS = {
+    cudnnConvolutionFwdAlgoPerf_t: "cudnnConvolutionFwdAlgoPerfStruct",
+    cudnnConvolutionBwdDataAlgoPerf_t: "cudnnConvolutionBwdDataAlgoPerfStruct",
+    cudnnConvolutionBwdFilterAlgoPerf_t: "cudnnConvolutionBwdFilterAlgoPerfStruct",
+}
 
 TABLE = [
     # size_t cudnnGetVersion(void)
@@ -212,6 +287,302 @@ TABLE = [
     #                                            cudnnNanPropagation_t reluNanOpt, double coef)
     Proto("cudnnSetActivationDescriptor", cudnnStatus_t,
           [cudnnActivationDescriptor_t, cudnnActivationMode_t, cudnnNanPropagation_t, c_double]),
+    # cudnnStatus_t cudnnGraphVersionCheck(void)
+    Proto("cudnnGraphVersionCheck", cudnnStatus_t, []),
+    # cudnnStatus_t cudnnOpsVersionCheck(void)
+    Proto("cudnnOpsVersionCheck", cudnnStatus_t, []),
+    # cudnnStatus_t cudnnCnnVersionCheck(void)
+    Proto("cudnnCnnVersionCheck", cudnnStatus_t, []),
+    # cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc,
+    #                                           cudnnMathType_t *mathType)
+    Proto("cudnnGetConvolutionMathType", cudnnStatus_t,
+          [cudnnConvolutionDescriptor_t, POINTER(cudnnMathType_t)]),
+    # cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc,
+    #                                             int *groupCount)
+    Proto("cudnnGetConvolutionGroupCount", cudnnStatus_t,
+          [cudnnConvolutionDescriptor_t, POINTER(c_int)]),
+    # cudnnStatus_t cudnnGetPoolingNdDescriptor(const cudnnPoolingDescriptor_t poolingDesc,
+    #                                           int nbDimsRequested, cudnnPoolingMode_t *mode,
+    #                                           cudnnNanPropagation_t *maxpoolingNanOpt,
+    #                                           int *nbDims, int windowDimA[],
+    #                                           int paddingA[], int strideA[])
+    Proto("cudnnGetPoolingNdDescriptor", cudnnStatus_t,
+          [cudnnPoolingDescriptor_t, c_int, POINTER(cudnnPoolingMode_t),
+           POINTER(cudnnNanPropagation_t), POINTER(c_int), POINTER(c_int), POINTER(c_int),
+           POINTER(c_int)]),
+    # cudnnStatus_t cudnnGetActivationDescriptor(const cudnnActivationDescriptor_t activationDesc,
+    #                                            cudnnActivationMode_t *mode,
+    #                                            cudnnNanPropagation_t *reluNanOpt,
+    #                                            double *coef)
+    Proto("cudnnGetActivationDescriptor", cudnnStatus_t,
+          [cudnnActivationDescriptor_t, POINTER(cudnnActivationMode_t),
+           POINTER(cudnnNanPropagation_t), POINTER(c_double)]),
+    # cudnnStatus_t cudnnSetActivationDescriptorSwishBeta(cudnnActivationDescriptor_t
+    #                                                     activationDesc, double swish_beta)
+    Proto("cudnnSetActivationDescriptorSwishBeta", cudnnStatus_t,
+          [cudnnActivationDescriptor_t, c_double]),
+    # cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derivedBnDesc,
+    #                                             const cudnnTensorDescriptor_t xDesc,
+    #                                             cudnnBatchNormMode_t mode)
+    Proto("cudnnDeriveBNTensorDescriptor", cudnnStatus_t,
+          [cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnBatchNormMode_t]),
+    # -- ops: element-wise, pooling, softmax, batch-norm ------------------------------------
+    # cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void *alpha,
+    #                              const cudnnTensorDescriptor_t aDesc, const void *A,
+    #                              const void *beta, const cudnnTensorDescriptor_t cDesc,
+    #                              void *C)
+    Proto("cudnnAddTensor", cudnnStatus_t,
+          [cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle,
+    #                                      cudnnActivationDescriptor_t activationDesc,
+    #                                      const void *alpha,
+    #                                      const cudnnTensorDescriptor_t xDesc, const void *x,
+    #                                      const void *beta,
+    #                                      const cudnnTensorDescriptor_t yDesc, void *y)
+    Proto("cudnnActivationForward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle,
+    #                                       cudnnActivationDescriptor_t activationDesc,
+    #                                       const void *alpha,
+    #                                       const cudnnTensorDescriptor_t yDesc, const void *y,
+    #                                       const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #                                       const cudnnTensorDescriptor_t xDesc, const void *x,
+    #                                       const void *beta,
+    #                                       const cudnnTensorDescriptor_t dxDesc, void *dx)
+    Proto("cudnnActivationBackward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnActivationDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+    #                                   cudnnSoftmaxMode_t mode, const void *alpha,
+    #                                   const cudnnTensorDescriptor_t xDesc, const void *x,
+    #                                   const void *beta,
+    #                                   const cudnnTensorDescriptor_t yDesc, void *y)
+    Proto("cudnnSoftmaxForward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+    #                                    cudnnSoftmaxMode_t mode, const void *alpha,
+    #                                    const cudnnTensorDescriptor_t yDesc, const void *y,
+    #                                    const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #                                    const void *beta,
+    #                                    const cudnnTensorDescriptor_t dxDesc, void *dx)
+    Proto("cudnnSoftmaxBackward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle,
+    #                                   const cudnnPoolingDescriptor_t poolingDesc,
+    #                                   const void *alpha,
+    #                                   const cudnnTensorDescriptor_t xDesc, const void *x,
+    #                                   const void *beta,
+    #                                   const cudnnTensorDescriptor_t yDesc, void *y)
+    Proto("cudnnPoolingForward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle,
+    #                                    const cudnnPoolingDescriptor_t poolingDesc,
+    #                                    const void *alpha,
+    #                                    const cudnnTensorDescriptor_t yDesc, const void *y,
+    #                                    const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #                                    const cudnnTensorDescriptor_t xDesc, const void *x,
+    #                                    const void *beta,
+    #                                    const cudnnTensorDescriptor_t dxDesc, void *dx)
+    Proto("cudnnPoolingBackward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnPoolingDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
+    #     const cudnnTensorDescriptor_t xDesc, const void *x,
+    #     const cudnnTensorDescriptor_t yDesc, void *y,
+    #     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale,
+    #     const void *bnBias, double exponentialAverageFactor, void *resultRunningMean,
+    #     void *resultRunningVariance, double epsilon, void *resultSaveMean,
+    #     void *resultSaveInvVariance)
+    Proto("cudnnBatchNormalizationForwardTraining", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, c_void_p, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           c_void_p, c_double, c_void_p, c_void_p, c_double, c_void_p, c_void_p]),
+    # cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
+    #     const cudnnTensorDescriptor_t xDesc, const void *x,
+    #     const cudnnTensorDescriptor_t yDesc, void *y,
+    #     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale,
+    #     const void *bnBias, const void *estimatedMean, const void *estimatedVariance,
+    #     double epsilon)
+    Proto("cudnnBatchNormalizationForwardInference", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, c_void_p, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           c_void_p, c_void_p, c_void_p, c_double]),
+    # cudnnStatus_t cudnnBatchNormalizationBackward(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alphaDataDiff,
+    #     const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff,
+    #     const cudnnTensorDescriptor_t xDesc, const void *x,
+    #     const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #     const cudnnTensorDescriptor_t dxDesc, void *dx,
+    #     const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale,
+    #     void *dBnScaleResult, void *dBnBiasResult, double epsilon, const void *savedMean,
+    #     const void *savedInvVariance)
+    Proto("cudnnBatchNormalizationBackward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, c_void_p, c_void_p, c_void_p, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
+           c_void_p, c_double, c_void_p, c_void_p]),
+    # -- cnn: convolution -------------------------------------------------------------------
+    # cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle,
+    #                                                          int *count)
+    Proto("cudnnGetConvolutionForwardAlgorithmMaxCount", cudnnStatus_t,
+          [cudnnHandle_t, POINTER(c_int)]),
+    # cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
+    #     cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
+    #     const cudnnFilterDescriptor_t filterDesc, const cudnnConvolutionDescriptor_t convDesc,
+    #     const cudnnTensorDescriptor_t destDesc, const int requestedAlgoCount,
+    #     int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)
+    Proto("cudnnGetConvolutionForwardAlgorithm_v7", cudnnStatus_t,
+          [cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+           cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int),
+           POINTER(cudnnConvolutionFwdAlgoPerf_t)]),
+    # cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    #     cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x,
+    #     const cudnnFilterDescriptor_t wDesc, const void *w,
+    #     const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc,
+    #     void *y, const int requestedAlgoCount, int *returnedAlgoCount,
+    #     cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace,
+    #     size_t workSpaceSizeInBytes)
+    Proto("cudnnFindConvolutionForwardAlgorithmEx", cudnnStatus_t,
+          [cudnnHandle_t, cudnnTensorDescriptor_t, c_void_p, cudnnFilterDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,
+           POINTER(c_int), POINTER(cudnnConvolutionFwdAlgoPerf_t), c_void_p, c_size_t]),
+    # cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
+    #     cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+    #     const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc,
+    #     const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo,
+    #     size_t *sizeInBytes)
+    Proto("cudnnGetConvolutionForwardWorkspaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+           cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionFwdAlgo_t,
+           POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnConvolutionForward(
+    #     cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,
+    #     const void *x, const cudnnFilterDescriptor_t wDesc, const void *w,
+    #     const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
+    #     void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+    #     const cudnnTensorDescriptor_t yDesc, void *y)
+    Proto("cudnnConvolutionForward", cudnnStatus_t,
+          [cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnFilterDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, c_void_p,
+           c_size_t, c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnConvolutionBiasActivationForward(
+    #     cudnnHandle_t handle, const void *alpha1, const cudnnTensorDescriptor_t xDesc,
+    #     const void *x, const cudnnFilterDescriptor_t wDesc, const void *w,
+    #     const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
+    #     void *workSpace, size_t workSpaceSizeInBytes, const void *alpha2,
+    #     const cudnnTensorDescriptor_t zDesc, const void *z,
+    #     const cudnnTensorDescriptor_t biasDesc, const void *bias,
+    #     const cudnnActivationDescriptor_t activationDesc,
+    #     const cudnnTensorDescriptor_t yDesc, void *y)
+    Proto("cudnnConvolutionBiasActivationForward", cudnnStatus_t,
+          [cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnFilterDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, c_void_p,
+           c_size_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void *alpha,
+    #                                            const cudnnTensorDescriptor_t dyDesc,
+    #                                            const void *dy, const void *beta,
+    #                                            const cudnnTensorDescriptor_t dbDesc,
+    #                                            void *db)
+    Proto("cudnnConvolutionBackwardBias", cudnnStatus_t,
+          [cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle,
+    #                                                               int *count)
+    Proto("cudnnGetConvolutionBackwardDataAlgorithmMaxCount", cudnnStatus_t,
+          [cudnnHandle_t, POINTER(c_int)]),
+    # cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    #     cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc,
+    #     const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc,
+    #     const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount,
+    #     int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)
+    Proto("cudnnGetConvolutionBackwardDataAlgorithm_v7", cudnnStatus_t,
+          [cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_int, POINTER(c_int),
+           POINTER(cudnnConvolutionBwdDataAlgoPerf_t)]),
+    # cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    #     cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const void *w,
+    #     const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #     const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc,
+    #     void *dx, const int requestedAlgoCount, int *returnedAlgoCount,
+    #     cudnnConvolutionBwdDataAlgoPerf_t *perfResults, void *workSpace,
+    #     size_t workSpaceSizeInBytes)
+    Proto("cudnnFindConvolutionBackwardDataAlgorithmEx", cudnnStatus_t,
+          [cudnnHandle_t, cudnnFilterDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, c_void_p, c_int,
+           POINTER(c_int), POINTER(cudnnConvolutionBwdDataAlgoPerf_t), c_void_p, c_size_t]),
+    # cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    #     cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+    #     const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc,
+    #     const cudnnTensorDescriptor_t dxDesc, cudnnConvolutionBwdDataAlgo_t algo,
+    #     size_t *sizeInBytes)
+    Proto("cudnnGetConvolutionBackwardDataWorkspaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnConvolutionBwdDataAlgo_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnConvolutionBackwardData(
+    #     cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc,
+    #     const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #     const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdDataAlgo_t algo,
+    #     void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+    #     const cudnnTensorDescriptor_t dxDesc, void *dx)
+    Proto("cudnnConvolutionBackwardData", cudnnStatus_t,
+          [cudnnHandle_t, c_void_p, cudnnFilterDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, c_void_p,
+           c_size_t, c_void_p, cudnnTensorDescriptor_t, c_void_p]),
+    # cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle,
+    #                                                                 int *count)
+    Proto("cudnnGetConvolutionBackwardFilterAlgorithmMaxCount", cudnnStatus_t,
+          [cudnnHandle_t, POINTER(c_int)]),
+    # cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    #     cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
+    #     const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc,
+    #     const cudnnFilterDescriptor_t gradDesc, const int requestedAlgoCount,
+    #     int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)
+    Proto("cudnnGetConvolutionBackwardFilterAlgorithm_v7", cudnnStatus_t,
+          [cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_int, POINTER(c_int),
+           POINTER(cudnnConvolutionBwdFilterAlgoPerf_t)]),
+    # cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    #     cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x,
+    #     const cudnnTensorDescriptor_t dyDesc, const void *y,
+    #     const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc,
+    #     void *dw, const int requestedAlgoCount, int *returnedAlgoCount,
+    #     cudnnConvolutionBwdFilterAlgoPerf_t *perfResults, void *workSpace,
+    #     size_t workSpaceSizeInBytes)
+    Proto("cudnnFindConvolutionBackwardFilterAlgorithmEx", cudnnStatus_t,
+          [cudnnHandle_t, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, c_void_p, c_int,
+           POINTER(c_int), POINTER(cudnnConvolutionBwdFilterAlgoPerf_t), c_void_p, c_size_t]),
+    # cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    #     cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+    #     const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc,
+    #     const cudnnFilterDescriptor_t gradDesc, cudnnConvolutionBwdFilterAlgo_t algo,
+    #     size_t *sizeInBytes)
+    Proto("cudnnGetConvolutionBackwardFilterWorkspaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t,
+           cudnnConvolutionBwdFilterAlgo_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnConvolutionBackwardFilter(
+    #     cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,
+    #     const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    #     const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdFilterAlgo_t algo,
+    #     void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+    #     const cudnnFilterDescriptor_t dwDesc, void *dw)
+    Proto("cudnnConvolutionBackwardFilter", cudnnStatus_t,
+          [cudnnHandle_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, c_void_p,
+           c_size_t, c_void_p, cudnnFilterDescriptor_t, c_void_p]),
 ]
 
 get = LazyLibrary("cudnn", TABLE)

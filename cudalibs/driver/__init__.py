@@ -1,4 +1,4 @@
-"""The CUDA driver API: devices, memory, arrays, streams and events.
+"""The CUDA driver API: devices, memory, arrays, streams, events, modules, kernels, graphs.
 
 Raw prototypes live in :mod:`cudalibs.driver._lib`; everything here is the Pythonic layer that
 the cuBLAS, cuDNN and NCCL bindings share.
@@ -10,6 +10,9 @@ from .array import (DeviceArray, asarray, empty, empty_like, from_dlpack, full, 
 from .device import Device, DeviceProperties, as_device, current_device, device_count
 from .memory import DeviceBuffer, HostBuffer, MemoryPool, alloc, alloc_async, pinned_empty
 from .stream import Event, Stream, as_stream, current_stream, default_stream
+from . import graph
+from .module import Kernel, Launcher, Module
+from .nvrtc import compile
 
 __all__ = [
     "Device", "DeviceProperties", "current_device", "device_count", "as_device",
@@ -18,4 +21,5 @@ __all__ = [
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
     "driver_version", "is_available", "unavailable_reason", "init",
+    "Module", "Kernel", "Launcher", "compile", "graph",
 ]

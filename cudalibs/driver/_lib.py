@@ -5,8 +5,8 @@ Names are the vendor's.  Where ``cuda.h`` #defines a plain name to a versioned o
 also exported, with the old ABI.  A CPU test checks every row against the header.
 """
 
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_size_t, c_ubyte,
-                    c_uint, c_uint64, c_ushort, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, Union, c_char, c_char_p, c_float, c_int,
+                    c_size_t, c_ubyte, c_uint, c_uint64, c_ushort, c_void_p)
 
 from .._ffi import LazyLibrary, Proto, opaque_handle
 
@@ -25,6 +25,19 @@ CUstream = opaque_handle("CUstream_st")
 CUevent = opaque_handle("CUevent_st")
 CUmemoryPool = opaque_handle("CUmemPoolHandle_st")
 CUarray = opaque_handle("CUarray_st")
+CUmodule = opaque_handle("CUmod_st")
+CUfunction = opaque_handle("CUfunc_st")
+CUgraph = opaque_handle("CUgraph_st")
+CUgraphNode = opaque_handle("CUgraphNode_st")
+CUgraphExec = opaque_handle("CUgraphExec_st")
+CUgraphDeviceNode = opaque_handle("CUgraphDeviceUpdatableNode_st")
+CUjit_option = c_int
+CUfunction_attribute = c_int
+CUstreamCaptureMode = c_int
+CUstreamCaptureStatus = c_int
+CUlaunchAttributeID = c_int
+# typedef size_t (CUDA_CB *CUoccupancyB2DSize)(int blockSize)
+CUoccupancyB2DSize = CFUNCTYPE(c_size_t, c_int)
 
 
 class CUuuid(Structure):
@@ -68,8 +81,96 @@ class CUDA_MEMCPY2D(Structure):
     ]
 
 
+class CUaccessPolicyWindow(Structure):
+    _fields_ = [
+        ("base_ptr", c_void_p),
+        ("num_bytes", c_size_t),
+        ("hitRatio", c_float),
+        ("hitProp", c_int),
+        ("missProp", c_int),
+    ]
+
+
+class CUlaunchMemSyncDomainMap(Structure):
+    _fields_ = [("default_", c_ubyte), ("remote", c_ubyte)]
+
+
+class _Dim3(Structure):
+    _fields_ = [("x", c_uint), ("y", c_uint), ("z", c_uint)]
+
+
+class _ProgrammaticEvent(Structure):
+    _fields_ = [("event", CUevent), ("flags", c_int), ("triggerAtBlockStart", c_int)]
+
+
+class _LaunchCompletionEvent(Structure):
+    _fields_ = [("event", CUevent), ("flags", c_int)]
+
+
+class _DeviceUpdatableKernelNode(Structure):
+    _fields_ = [("deviceUpdatable", c_int), ("devNode", CUgraphDeviceNode)]
+
+
+class CUlaunchAttributeValue(Union):
+    _fields_ = [
+        ("pad", c_char * 64),
+        ("accessPolicyWindow", CUaccessPolicyWindow),
+        ("cooperative", c_int),
+        ("syncPolicy", c_int),
+        ("clusterDim", _Dim3),
+        ("clusterSchedulingPolicyPreference", c_int),
+        ("programmaticStreamSerializationAllowed", c_int),
+        ("programmaticEvent", _ProgrammaticEvent),
+        ("launchCompletionEvent", _LaunchCompletionEvent),
+        ("priority", c_int),
+        ("memSyncDomainMap", CUlaunchMemSyncDomainMap),
+        ("memSyncDomain", c_int),
+        ("preferredClusterDim", _Dim3),
+        ("deviceUpdatableKernelNode", _DeviceUpdatableKernelNode),
+        ("sharedMemCarveout", c_uint),
+        ("nvlinkUtilCentricScheduling", c_uint),
+    ]
+
+
+class CUlaunchAttribute(Structure):
+    _fields_ = [
+        ("id", CUlaunchAttributeID),
+        ("pad", c_char * 4),  # char pad[8 - sizeof(CUlaunchAttributeID)]
+        ("value", CUlaunchAttributeValue),
+    ]
+
+
+class CUlaunchConfig(Structure):
+    _fields_ = [
+        ("gridDimX", c_uint),
+        ("gridDimY", c_uint),
+        ("gridDimZ", c_uint),
+        ("blockDimX", c_uint),
+        ("blockDimY", c_uint),
+        ("blockDimZ", c_uint),
+        ("sharedMemBytes", c_uint),
+        ("hStream", CUstream),
+        ("attrs", POINTER(CUlaunchAttribute)),
+        ("numAttrs", c_uint),
+    ]
+
+
+class CUgraphExecUpdateResultInfo(Structure):
+    _fields_ = [
+        ("result", c_int),
+        ("errorNode", CUgraphNode),
+        ("errorFromNode", CUgraphNode),
+    ]
+
+
 # Structs whose layout a CPU test compares with cuda.h: ctypes class -> C struct tag.
 STRUCTS = {
+    CUaccessPolicyWindow: "CUaccessPolicyWindow_st",
+    CUlaunchMemSyncDomainMap: "CUlaunchMemSyncDomainMap_st",
+    CUlaunchAttributeValue: "CUlaunchAttributeValue_union",
+    CUlaunchAttribute: "CUlaunchAttribute_st",
+    CUlaunchConfig: "CUlaunchConfig_st",
+    CUgraphExecUpdateResultInfo: "CUgraphExecUpdateResultInfo_st",
     CUuuid: "CUuuid_st",
     CUmemLocation: "CUmemLocation_st",
     CUmemPoolProps: "CUmemPoolProps_st",
@@ -109,6 +210,52 @@ CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 # enum CUevent_wait_flags_enum
 CU_EVENT_WAIT_DEFAULT = 0
+# enum CUjit_option_enum (the ones module loading passes)
+CU_JIT_INFO_LOG_BUFFER = 3
+CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4
+CU_JIT_ERROR_LOG_BUFFER = 5
+CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+CU_JIT_OPTIMIZATION_LEVEL = 7
+CU_JIT_GENERATE_DEBUG_INFO = 11
+CU_JIT_LOG_VERBOSE = 12
+CU_JIT_GENERATE_LINE_INFO = 13
+# enum CUfunction_attribute_enum
+CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
+CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = 2
+CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
+CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+CU_FUNC_ATTRIBUTE_PTX_VERSION = 5
+CU_FUNC_ATTRIBUTE_BINARY_VERSION = 6
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+# enum CUlaunchAttributeID_enum
+CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+# enum CUstreamCaptureMode_enum
+CU_STREAM_CAPTURE_MODE_GLOBAL = 0
+CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+CU_STREAM_CAPTURE_MODE_RELAXED = 2
+# enum CUstreamCaptureStatus_enum
+CU_STREAM_CAPTURE_STATUS_NONE = 0
+CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
+CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+# enum CUgraphExecUpdateResult_enum
+CU_GRAPH_EXEC_UPDATE_SUCCESS = 0
+CU_GRAPH_EXEC_UPDATE_ERROR = 1
+CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2
+CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 3
+CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED = 4
+CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 5
+CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED = 6
+CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE = 7
+CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED = 8
+# enum CUgraphInstantiate_flags_enum
+CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1
+CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2
+# enum CUoccupancy_flags_enum
+CU_OCCUPANCY_DEFAULT = 0
+CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE = 1
 
 
 def _enum_table(text):
@@ -418,6 +565,90 @@ TABLE = [
     Proto("cuEventQuery", CUresult, [CUevent]),
     # CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
     Proto("cuEventElapsedTime_v2", CUresult, [POINTER(c_float), CUevent, CUevent], "CUDA 12.8"),
+    # -- modules and kernels --------------------------------------------------------------
+    # CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+    #                             CUjit_option *options, void **optionValues)
+    Proto("cuModuleLoadDataEx", CUresult,
+          [POINTER(CUmodule), c_void_p, c_uint, POINTER(CUjit_option), POINTER(c_void_p)]),
+    # CUresult cuModuleUnload(CUmodule hmod)
+    Proto("cuModuleUnload", CUresult, [CUmodule]),
+    # CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+    Proto("cuModuleGetFunction", CUresult, [POINTER(CUfunction), CUmodule, c_char_p]),
+    # CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+    #                               const char *name)
+    Proto("cuModuleGetGlobal_v2", CUresult,
+          [POINTER(CUdeviceptr), POINTER(c_size_t), CUmodule, c_char_p]),
+    # CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+    Proto("cuModuleGetFunctionCount", CUresult, [POINTER(c_uint), CUmodule], "CUDA 12.4"),
+    # CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
+    #                                     CUmodule mod)
+    Proto("cuModuleEnumerateFunctions", CUresult, [POINTER(CUfunction), c_uint, CUmodule],
+          "CUDA 12.4"),
+    # CUresult cuFuncGetName(const char **name, CUfunction hfunc)
+    Proto("cuFuncGetName", CUresult, [POINTER(c_char_p), CUfunction], "CUDA 12.3"),
+    # CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+    Proto("cuFuncGetAttribute", CUresult, [POINTER(c_int), CUfunction_attribute, CUfunction]),
+    # CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+    Proto("cuFuncSetAttribute", CUresult, [CUfunction, CUfunction_attribute, c_int]),
+    # CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+    #                         unsigned int gridDimZ, unsigned int blockDimX,
+    #                         unsigned int blockDimY, unsigned int blockDimZ,
+    #                         unsigned int sharedMemBytes, CUstream hStream,
+    #                         void **kernelParams, void **extra)
+    Proto("cuLaunchKernel", CUresult,
+          [CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream,
+           POINTER(c_void_p), POINTER(c_void_p)]),
+    # CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+    #                           void **kernelParams, void **extra)
+    Proto("cuLaunchKernelEx", CUresult,
+          [POINTER(CUlaunchConfig), CUfunction, POINTER(c_void_p), POINTER(c_void_p)],
+          "CUDA 11.8"),
+    # CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+    #                                                      int blockSize, size_t dynamicSMemSize)
+    Proto("cuOccupancyMaxActiveBlocksPerMultiprocessor", CUresult,
+          [POINTER(c_int), CUfunction, c_int, c_size_t]),
+    # CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks,
+    #     CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+    Proto("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", CUresult,
+          [POINTER(c_int), CUfunction, c_int, c_size_t, c_uint]),
+    # CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize,
+    #     CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+    #     size_t dynamicSMemSize, int blockSizeLimit)
+    Proto("cuOccupancyMaxPotentialBlockSize", CUresult,
+          [POINTER(c_int), POINTER(c_int), CUfunction, CUoccupancyB2DSize, c_size_t, c_int]),
+    # -- stream capture and graphs ----------------------------------------------------------
+    # CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+    Proto("cuStreamBeginCapture_v2", CUresult, [CUstream, CUstreamCaptureMode]),
+    # CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+    Proto("cuStreamEndCapture", CUresult, [CUstream, POINTER(CUgraph)]),
+    # CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+    Proto("cuStreamIsCapturing", CUresult, [CUstream, POINTER(CUstreamCaptureStatus)]),
+    # CUresult cuStreamGetCaptureInfo_v3(CUstream hStream,
+    #     CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out,
+    #     const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out,
+    #     size_t *numDependencies_out)
+    Proto("cuStreamGetCaptureInfo_v3", CUresult,
+          [CUstream, POINTER(CUstreamCaptureStatus), POINTER(c_uint64), POINTER(CUgraph),
+           POINTER(POINTER(CUgraphNode)), c_void_p, POINTER(c_size_t)], "CUDA 12.3"),
+    # CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+    #                                      unsigned long long flags)
+    Proto("cuGraphInstantiateWithFlags", CUresult, [POINTER(CUgraphExec), CUgraph, c_uint64]),
+    # CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+    Proto("cuGraphLaunch", CUresult, [CUgraphExec, CUstream]),
+    # CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+    Proto("cuGraphUpload", CUresult, [CUgraphExec, CUstream]),
+    # CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+    #                               CUgraphExecUpdateResultInfo *resultInfo)
+    Proto("cuGraphExecUpdate_v2", CUresult,
+          [CUgraphExec, CUgraph, POINTER(CUgraphExecUpdateResultInfo)]),
+    # CUresult cuGraphDestroy(CUgraph hGraph)
+    Proto("cuGraphDestroy", CUresult, [CUgraph]),
+    # CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+    Proto("cuGraphExecDestroy", CUresult, [CUgraphExec]),
+    # CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+    Proto("cuGraphGetNodes", CUresult, [CUgraph, POINTER(CUgraphNode), POINTER(c_size_t)]),
+    # CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+    Proto("cuGraphDebugDotPrint", CUresult, [CUgraph, c_char_p, c_uint]),
 ]
 
 get = LazyLibrary("cuda", TABLE)

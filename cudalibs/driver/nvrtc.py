@@ -1,20 +1,29 @@
 """NVRTC: compile CUDA C++ source to PTX or CUBIN at run time.
 
-NVRTC needs neither a GPU nor the driver, so everything here works (and is tested) on a
-machine without one.  A compile error raises :class:`~cudalibs.errors.NvrtcError` whose
+NVRTC needs neither a GPU nor the driver, so compiling works (and is tested) on a machine
+without one; :func:`compile` then loads the result as a Module, which needs the GPU.  A compile error raises :class:`~cudalibs.errors.NvrtcError` whose
 ``detail`` is the full compiler log; a program handle never outlives the call that made it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Literal, Sequence
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import warnings
+from typing import Literal, NamedTuple, Sequence
 
 from .. import _ffi
 from ..errors import NvrtcError
 from . import _nvrtc_lib as _lib
+from . import _params
 
-__all__ = ["version", "supported_archs", "raise_for"]
+__all__ = ["version", "supported_archs", "raise_for", "compile", "build", "Compiled",
+           "choose_target", "Target",
+           "cuda_include_dirs", "cache_dir", "clear_memory_cache"]
 
 
 def _error_string(status: int) -> str:
@@ -149,3 +158,413 @@ def _compile_raw(source: str, name: str, options: Sequence[str],
         return image, log
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+# -- compile(): CUDA C++ source -> a loaded Module, with caches --------------------------------
+
+class Target(NamedTuple):
+    """What :func:`compile` asks NVRTC for.
+
+    Attributes
+    ----------
+    kind : {"ptx", "cubin"}
+    arch : str
+        ``"compute_90"`` for PTX, ``"sm_90"`` for a CUBIN.
+    reason : str
+        Why this target, for messages and tests.
+    """
+
+    kind: str
+    arch: str
+    reason: str
+
+
+def choose_target(nvrtc_version: tuple[int, int], driver_cuda: tuple[int, int],
+                  cc: tuple[int, int], supported: Sequence[int] = ()) -> Target:
+    """Decide between PTX and CUBIN output for a device of compute capability ``cc``.
+
+    PTX for ``compute_XY`` when the driver can load what this NVRTC emits: the driver JITs it
+    once (and keeps it in its own JIT cache), and the PTX stays readable for parameter types.
+    A CUBIN for the device's own ``sm_XY`` when NVRTC is newer than the driver: its PTX would
+    carry an ISA version the driver rejects (NVRTC 13.5 emits PTX 9.5, a CUDA 13.0 driver
+    takes up to 9.0), whereas a CUBIN from a newer toolkit of the same major version runs on
+    the older driver.  When NVRTC cannot target ``cc`` itself (a GPU newer than the compiler),
+    PTX for the newest architecture it knows below ``cc``, which the driver JITs forward.
+
+    Parameters
+    ----------
+    nvrtc_version, driver_cuda : (major, minor)
+    cc : (major, minor)
+        The target device's compute capability.
+    supported : sequence of int
+        ``nvrtc.supported_archs()``; empty means "assume ``cc`` is supported".
+    """
+    want = cc[0] * 10 + cc[1]
+    if supported and want not in supported:
+        below = [a for a in supported if a <= want]
+        if not below:
+            raise ValueError(f"NVRTC {nvrtc_version[0]}.{nvrtc_version[1]} cannot compile for "
+                             f"sm_{want} or any older architecture it supports "
+                             f"({', '.join(map(str, supported))})")
+        return Target("ptx", f"compute_{max(below)}",
+                      f"NVRTC does not know sm_{want}; PTX for compute_{max(below)}, JITted "
+                      "forward by the driver")
+    if tuple(nvrtc_version) > tuple(driver_cuda):
+        return Target("cubin", f"sm_{want}",
+                      f"NVRTC {nvrtc_version[0]}.{nvrtc_version[1]} is newer than the driver "
+                      f"(CUDA {driver_cuda[0]}.{driver_cuda[1]}), which would reject its PTX")
+    return Target("ptx", f"compute_{want}", "the driver loads this NVRTC's PTX")
+
+
+def _arch_cc(arch) -> tuple[int, int]:
+    """``"sm_90"``, ``"compute_90"``, ``"90"``, ``90`` or ``(9, 0)`` -> ``(9, 0)``."""
+    if isinstance(arch, tuple) and len(arch) == 2:
+        return int(arch[0]), int(arch[1])
+    text = str(arch).lower()
+    for prefix in ("sm_", "compute_"):
+        text = text.removeprefix(prefix)
+    text = text.rstrip("af")  # sm_90a / sm_100f: family suffixes keep the base capability
+    if not text.isdigit() or len(text) < 2:
+        raise ValueError(f"arch must look like 'sm_90', 'compute_90', 90 or (9, 0), "
+                         f"not {arch!r}")
+    n = int(text)
+    return n // 10, n % 10
+
+
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Directories holding ``cuda_fp16.h``, ``cuda_bf16.h`` and the CCCL headers, found with
+    ``cuda.pathfinder`` (the NVIDIA wheels, conda, ``CUDA_HOME``); empty when none is found."""
+    global _include_dirs
+    if _include_dirs is None:
+        dirs: list[str] = []
+        try:
+            import cuda.pathfinder as pf
+        except ImportError:
+            pf = None
+        if pf is not None:
+            for lib in ("cudart", "nvrtc", "cccl"):
+                try:
+                    d = pf.find_nvidia_header_directory(lib)
+                except Exception:  # not installed, or an older pathfinder without it
+                    d = None
+                if d and d not in dirs:
+                    dirs.append(d)
+        if not any(os.path.exists(os.path.join(d, "cuda_fp16.h")) for d in dirs):
+            # No wheel headers: a toolkit install (CUDA_HOME, CUDA_PATH, the usual prefix).
+            for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                         "/usr/local/cuda"):
+                d = os.path.join(root, "include") if root else None
+                if d and os.path.exists(os.path.join(d, "cuda_fp16.h")) and d not in dirs:
+                    dirs.append(d)
+                    break
+        _include_dirs = tuple(dirs)
+    return _include_dirs
+
+
+_include_dirs: tuple[str, ...] | None = None
+
+# In-memory cache: key -> (kind, image, ptx text, lowered names); and loaded modules per
+# (key, device ordinal), reused while open.
+_images: dict[str, tuple] = {}
+_modules: dict[tuple[str, int], object] = {}
+_cache_lock = threading.Lock()
+_warned_dirs: set[str] = set()
+_MAGIC = b"CLNVRTC1"
+
+
+def cache_dir() -> str:
+    """The on-disk cache directory: ``$CUDALIBS_CACHE_DIR`` or ``~/.cache/cudalibs/nvrtc``."""
+    env = os.environ.get("CUDALIBS_CACHE_DIR")
+    if env:
+        return env
+    return os.path.join(os.path.expanduser("~"), ".cache", "cudalibs", "nvrtc")
+
+
+def clear_memory_cache() -> None:
+    """Forget compiled images and loaded modules held in memory (the disk cache stays)."""
+    with _cache_lock:
+        _images.clear()
+        _modules.clear()
+
+
+def _cache_key(source, name, options, name_expressions, version, target) -> str:
+    h = hashlib.sha256()
+    for part in (source, name, "\0".join(options), "\0".join(name_expressions),
+                 f"{version[0]}.{version[1]}", target.kind, target.arch):
+        data = part.encode("utf-8", errors="surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _encode_entry(kind: str, image: bytes, ptx: bytes, lowered: dict) -> bytes:
+    meta = json.dumps({"kind": kind, "image": len(image), "ptx": len(ptx),
+                       "lowered": lowered}).encode()
+    body = len(meta).to_bytes(4, "little") + meta + image + ptx
+    return _MAGIC + hashlib.sha256(body).digest() + body
+
+
+def _decode_entry(data: bytes):
+    """``(kind, image, ptx, lowered)``, or None when the entry is damaged in any way."""
+    try:
+        if len(data) < 44 or not data.startswith(_MAGIC):
+            return None
+        digest, body = data[8:40], data[40:]
+        if hashlib.sha256(body).digest() != digest:
+            return None
+        n = int.from_bytes(body[:4], "little")
+        meta = json.loads(body[4:4 + n])
+        rest = body[4 + n:]
+        if len(rest) != meta["image"] + meta["ptx"] or meta["kind"] not in ("ptx", "cubin"):
+            return None
+        image, ptx = rest[:meta["image"]], rest[meta["image"]:]
+        return meta["kind"], image, ptx, dict(meta["lowered"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _warn_once(directory: str, exc: OSError) -> None:
+    if directory in _warned_dirs:
+        return
+    _warned_dirs.add(directory)
+    warnings.warn(f"cudalibs: cannot write the NVRTC cache in {directory} ({exc}); compiled "
+                  "kernels are kept in memory only (set CUDALIBS_CACHE_DIR to a writable "
+                  "directory, or pass cache=False)", RuntimeWarning, stacklevel=4)
+
+
+def _disk_read(key: str):
+    path = os.path.join(cache_dir(), key[:2], key + ".bin")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return _decode_entry(data)
+
+
+def _disk_write(key: str, entry: bytes) -> None:
+    directory = os.path.join(cache_dir(), key[:2])
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=key[:8], suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(entry)
+            # Readers see either the old file or the whole new one, never a partial write.
+            os.replace(tmp, os.path.join(directory, key + ".bin"))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        _warn_once(cache_dir(), exc)
+
+
+def _compile_program(source: str, name: str, options: Sequence[str],
+                     name_expressions: Sequence[str], target: Target):
+    """Compile with NVRTC; returns ``(image, ptx, lowered, log)``."""
+    lib = _lib.get()
+    prog = _lib.nvrtcProgram()
+    st = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0,
+                                None, None)
+    if st:
+        raise_for(st, "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            st = lib.nvrtcAddNameExpression(prog, expr.encode())
+            if st:
+                raise_for(st, "nvrtcAddNameExpression", f"name expression {expr!r}")
+        opts = [o.encode() for o in options]
+        argv = (ctypes.c_char_p * max(len(opts), 1))(*opts)
+        st = lib.nvrtcCompileProgram(prog, len(opts), argv)
+        log = _read_log(lib, prog)
+        if st:
+            raise_for(st, "nvrtcCompileProgram", log or None)
+        outputs = {}
+        for kind in ({"ptx", target.kind}):
+            size_fn, get_fn = _OUTPUTS[kind]
+            size = ctypes.c_size_t()
+            st = getattr(lib, size_fn)(prog, ctypes.byref(size))
+            if st:
+                raise_for(st, size_fn, log or None)
+            buf = ctypes.create_string_buffer(max(size.value, 1))
+            st = getattr(lib, get_fn)(prog, buf)
+            if st:
+                raise_for(st, get_fn, log or None)
+            outputs[kind] = buf.raw[:size.value]
+        ptx = outputs["ptx"].rstrip(b"\0")
+        image = ptx if target.kind == "ptx" else outputs["cubin"]
+        if not image:
+            raise NvrtcError(_INTERNAL_ERROR, "nvrtcGetCUBIN", None,
+                             f"NVRTC produced an empty {target.kind} for {target.arch}")
+        lowered = {}
+        for expr in name_expressions:
+            out = ctypes.c_char_p()
+            st = lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out))
+            if st:
+                raise_for(st, "nvrtcGetLoweredName", f"name expression {expr!r}")
+            lowered[expr] = out.value.decode()
+        return image, ptx, lowered, log
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+class Compiled(NamedTuple):
+    """The output of :func:`build`.
+
+    Attributes
+    ----------
+    kind : {"ptx", "cubin"}
+    image : bytes
+        What the driver loads (PTX text without its NUL, or a CUBIN).
+    ptx : bytes
+        The PTX (also for a CUBIN: it gives the kernels' parameter types).
+    lowered : dict
+        Name expression -> mangled name.
+    key : str
+        The cache key.
+    target : Target
+    cached : str
+        ``"memory"``, ``"disk"`` or ``""`` (compiled now).
+    """
+
+    kind: str
+    image: bytes
+    ptx: bytes
+    lowered: dict
+    key: str
+    target: Target
+    cached: str
+
+
+def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[str] = (),
+          arch=(9, 0), include_dirs: Sequence[str] = (), name: str = "kernel.cu",
+          cache: bool = True, *, driver_cuda: tuple[int, int] = (99, 0),
+          target: str | None = None) -> Compiled:
+    """Compile (or fetch from the caches) without loading: the part of :func:`compile` that
+    needs no GPU.
+
+    ``driver_cuda`` is the CUDA version of the driver that will load the result (it decides
+    between PTX and CUBIN, see :func:`choose_target`); the other parameters are those of
+    :func:`compile`.
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, not {type(source).__name__}")
+    for what, seq in (("options", options), ("name_expressions", name_expressions),
+                      ("include_dirs", include_dirs)):
+        if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
+            raise TypeError(f"{what} must be a sequence of str")
+    if target not in (None, "ptx", "cubin"):
+        raise ValueError(f"target must be 'ptx', 'cubin' or None, not {target!r}")
+    cc = _arch_cc(arch)
+    nv = version()
+    tgt = choose_target(nv, tuple(driver_cuda), cc, supported_archs())
+    if target is not None and target != tgt.kind:
+        want = cc[0] * 10 + cc[1]
+        tgt = Target(target, f"{'sm' if target == 'cubin' else 'compute'}_{want}", "requested")
+    opts = [f"-arch={tgt.arch}"]
+    user = list(options)
+    if not any(o.startswith(("-std", "--std")) for o in user):
+        opts.append("-std=c++17")
+    opts += [f"-I{d}" for d in include_dirs]
+    opts += [f"-I{d}" for d in cuda_include_dirs()]
+    opts += user
+    key = _cache_key(source, name, opts, tuple(name_expressions), nv, tgt)
+    cached = ""
+    entry = _images.get(key) if cache else None
+    if entry is not None:
+        cached = "memory"
+    elif cache:
+        entry = _disk_read(key)
+        if entry is not None:
+            cached = "disk"
+            _images[key] = entry
+    if entry is None:
+        image, ptx, lowered, _log = _compile_program(source, name, opts, name_expressions, tgt)
+        entry = (tgt.kind, image, ptx, lowered)
+        if cache:
+            _images[key] = entry
+            _disk_write(key, _encode_entry(*entry))
+    kind, image, ptx, lowered = entry
+    return Compiled(kind, image, ptx, dict(lowered), key, tgt, cached)
+
+
+_INTERNAL_ERROR = 11  # NVRTC_ERROR_INTERNAL_ERROR
+
+
+def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence[str] = (),
+            arch=None, include_dirs: Sequence[str] = (), name: str = "kernel.cu",
+            cache: bool = True, *, device=None, target: str | None = None):
+    """Compile CUDA C++ with NVRTC and load the result as a :class:`~cudalibs.Module`.
+
+    Parameters
+    ----------
+    source : str
+        CUDA C++ source.  Kernels declared ``extern "C"`` keep their names; for C++ (templates,
+        overloads) list the instantiations in ``name_expressions`` and look them up by those
+        expressions (``module["axpy<float>"]``, :meth:`Module.lowered_name`).
+    name_expressions : sequence of str
+        Such as ``"axpy<float>"``; each is instantiated and its mangled name recorded.
+    options : sequence of str
+        Extra NVRTC options (``"-use_fast_math"``, ``"-DN=4"``).  ``-std=c++17`` is added unless
+        a ``-std`` is given (the CCCL headers need C++17).
+    arch : str, int or tuple, optional
+        Target architecture (``"sm_90"``, ``90``, ``(9, 0)``); the module's device's by
+        default.
+    include_dirs : sequence of str
+        Searched before the CUDA headers, which are found with ``cuda.pathfinder`` so that
+        ``#include <cuda_fp16.h>`` and ``<cuda_bf16.h>`` work.
+    name : str, default "kernel.cu"
+        The file name the compiler log uses.
+    cache : bool, default True
+        Reuse earlier results: in memory, and on disk under :func:`cache_dir` (keyed by the
+        source, options, name expressions, NVRTC version, target architecture and output
+        kind).  A damaged disk entry is recompiled; an unwritable directory only warns once.
+    device : Device or int, optional
+        Where to load the module; the current device by default.
+    target : {"ptx", "cubin"}, optional
+        Force the output kind; by default :func:`choose_target` decides: PTX when the driver
+        can load this NVRTC's PTX, else a CUBIN for the device's own architecture.
+
+    Returns
+    -------
+    Module
+
+    Raises
+    ------
+    NvrtcError
+        The source does not compile; ``detail`` holds the full compiler log.
+    """
+    from ..errors import CudaError
+    from ._core import driver_version
+    from .device import as_device
+    from .module import Module, check_ptx_version
+
+    dev = as_device(device)
+    driver = driver_version()
+    built = build(source, name_expressions, options,
+                  dev.compute_capability if arch is None else arch, include_dirs, name, cache,
+                  driver_cuda=driver, target=target)
+    if cache:
+        with _cache_lock:
+            mod = _modules.get((built.key, dev.ordinal))
+            if mod is not None and not mod.closed:
+                return mod
+    text = built.ptx.decode("utf-8", errors="replace")
+    entries = _params.parse_entries(text)
+    if built.kind == "ptx":
+        isa = _params.ptx_version(text)
+        problem = check_ptx_version(isa, driver)
+        if problem is not None:
+            raise CudaError(222, "cuModuleLoadDataEx", None, problem)
+        mod = Module._load(built.image + b"\0", "ptx", dev, None, entries, f"<{name}>", isa,
+                           built.lowered)
+    else:
+        mod = Module._load(built.image, "cubin", dev, None, entries, f"<{name}>", None,
+                           built.lowered)
+    if cache:
+        with _cache_lock:
+            _modules[(built.key, dev.ordinal)] = mod
+    return mod

@@ -3,10 +3,20 @@
 Each takes host arrays (anything ``numpy.asarray`` accepts), computes in float64 (complex128
 when any input is complex) and returns that wide result; compare with
 :func:`cudalibs.testing.assert_close` passing the input dtype.  One private module per area
-(``_blas``: GEMM; the others add theirs), all re-exported here:
+(``_blas``: GEMM; ``_nn``: activations, softmax, normalisation, layouts; ``_conv``:
+convolution, pooling, batch-norm training; the others add theirs), all re-exported here:
 ``cudalibs.testing.ref.gemm(a, b)``.
 """
 
 from ._blas import gemm
+from ._conv import (activation, activation_backward, batch_norm_backward, batch_norm_train,
+                    conv_backward_bias, conv_backward_data, conv_backward_filter, conv_forward,
+                    conv_output_shape, pooling_backward, pooling_forward, softmax_backward)
+from ._nn import (batch_norm_infer, bias_act, channel_axis, gelu, log_softmax, nchw_to_nhwc,
+                  nhwc_to_nchw, relu, relu_backward, softmax, transpose)
 
-__all__ = ["gemm"]
+__all__ = ["gemm", "relu", "relu_backward", "gelu", "bias_act", "softmax", "log_softmax",
+           "batch_norm_infer", "transpose", "nchw_to_nhwc", "nhwc_to_nchw", "channel_axis",
+           "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
+           "conv_output_shape", "pooling_forward", "pooling_backward", "batch_norm_train",
+           "batch_norm_backward", "activation", "activation_backward", "softmax_backward"]

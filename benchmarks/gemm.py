@@ -1,0 +1,402 @@
+"""GEMM throughput and call overhead of cudalibs beside PyTorch and CuPy.
+
+Run from a checkout::
+
+    PYTHONPATH=. python3 benchmarks/gemm.py            # on a GPU, about 2-3 minutes
+    PYTHONPATH=. python3 benchmarks/gemm.py --quick    # fewer sizes, for a smoke run
+    PYTHONPATH=. python3 benchmarks/gemm.py --fake     # no GPU: Python overhead of gemm()
+
+What is measured
+----------------
+1. **Square GEMM** 1024/4096/8192 in bf16, fp16, fp32 and tf32: ``cublas.gemm(a, b)`` vs
+   ``torch.matmul`` and ``cupy.matmul`` (each allocating its output). TF32 is
+   ``compute="tf32"`` here and ``torch.backends.cuda.matmul.allow_tf32 = True`` for torch
+   (False for the fp32 rows); CuPy decides TF32 from ``CUPY_TF32`` at import, so its tf32
+   cells are ``n/a``. TFLOP/s = 2·M·N·K / time.
+2. **Host cost** of a 64×64 fp32 call: wall time of 100 back-to-back calls without
+   synchronising (the GPU keeps up), per call; the median of 30 rounds.
+3. **Strided-batched fp16**, 256 × (128×64 @ 64×128): ``cublas.gemm_strided_batched`` vs
+   ``torch.bmm`` and ``cupy.matmul``.
+4. **cuBLASLt matmul + bias + GELU** (bf16, one fused call through ``cublas.matmul``) vs
+   torch ``x @ w`` → ``+ b`` → ``gelu(approximate="tanh")``.
+5. **Autotuned vs heuristic** cuBLASLt plans (bf16, no epilogue) on transformer shapes,
+   M ∈ {16, 128, 2048, 8192}, N = K ∈ {4096, 11008}, with torch.matmul for reference.
+
+GPU times are CUDA-event times of back-to-back calls on each library's own stream, median
+of the repeats (``benchmarks/_common.py``); inputs are random. Ratios are ours/theirs in
+throughput (above 1: cudalibs faster), or theirs/ours in time for the host cost.
+
+``--fake`` needs no GPU: it replaces the cuBLAS library and the driver's context call by a
+C function that returns 0 at once, and reports what ``cublas.gemm`` itself costs in Python
+per call (plan lookup, checks, argument conversion); output allocation is faked too, so
+the pool allocation (about 1-2 µs on a GPU) is not included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if not __package__:  # run as a script: measure this checkout's cudalibs, not an installed one
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import _common as common
+else:  # python -m benchmarks.gemm
+    from . import _common as common
+
+import cudalibs as cl
+from cudalibs import cublas
+
+DTYPES = ("bf16", "fp16", "fp32", "tf32")
+
+
+def _np_dtype(name):
+    return {"bf16": cl.dtypes.bfloat16, "fp16": np.dtype(np.float16)}.get(
+        name, np.dtype(np.float32))
+
+
+def _iters_for(ms_estimate: float, budget_ms: float = 60.0) -> int:
+    return int(max(2, min(200, budget_ms / max(ms_estimate, 1e-3))))
+
+
+def _time(fn, clock, est_ms):
+    times = common.time_calls(fn, clock, iters=_iters_for(est_ms), repeats=5, warmup=2)
+    return common.median_spread(times)[0]
+
+
+def _estimate(fn, sync) -> float:
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _tflops(m, n, k, ms, batch=1):
+    return 2.0 * m * n * k * batch / (ms * 1e-3) / 1e12 if isinstance(ms, float) else None
+
+
+def _fmt(x, digits=1):
+    return f"{x:.{digits}f}" if isinstance(x, float) else common.NA
+
+
+# -- 1. square GEMM --------------------------------------------------------------------------
+def square(torch, cupy, sizes):
+    rows = []
+    s = cl.Stream()
+    clock = common.cudalibs_clock(s)
+    ts = torch.cuda.Stream() if torch else None
+    cs = cupy.cuda.Stream(non_blocking=True) if cupy else None
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        b_h = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        for name in DTYPES:
+            dt = _np_dtype(name)
+            a = cl.to_device(a_h.astype(dt), stream=s)
+            b = cl.to_device(b_h.astype(dt), stream=s)
+            compute = "tf32" if name == "tf32" else None
+            fn = lambda: cublas.gemm(a, b, compute=compute, stream=s)  # noqa: E731
+            ours = _time(fn, clock, _estimate(fn, s.sync))
+            a = b = None               # free before the peers allocate theirs
+            theirs_t = theirs_c = None
+            if torch:
+                tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name, torch.float32)
+                torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+                with torch.cuda.stream(ts):
+                    ta = torch.from_numpy(a_h).cuda().to(tdt)
+                    tb = torch.from_numpy(b_h).cuda().to(tdt)
+                    tfn = lambda: torch.matmul(ta, tb)  # noqa: E731
+                    theirs_t = _time(tfn, common.torch_clock(torch, ts),
+                                     _estimate(tfn, ts.synchronize))
+                ta = tb = None
+                torch.backends.cuda.matmul.allow_tf32 = False
+            if cupy and name in ("fp16", "fp32"):     # CuPy: no bfloat16; tf32 see above
+                with cs:
+                    ca, cb = cupy.asarray(a_h.astype(dt)), cupy.asarray(b_h.astype(dt))
+                    cfn = lambda: cupy.matmul(ca, cb)  # noqa: E731
+                    theirs_c = _time(cfn, common.cupy_clock(cupy, cs),
+                                     _estimate(cfn, cs.synchronize))
+                ca = cb = None
+            ours_tf, t_tf, c_tf = (_tflops(n, n, n, x) for x in (ours, theirs_t, theirs_c))
+            rows.append([f"{n}", name, _fmt(ours_tf), _fmt(t_tf), _fmt(c_tf),
+                         common.fmt_ratio(ours_tf, t_tf), common.fmt_ratio(ours_tf, c_tf)])
+            print(f"  square {n} {name}: {_fmt(ours_tf)} TFLOP/s (torch {_fmt(t_tf)})",
+                  file=sys.stderr)
+    s.sync()
+    return common.markdown_table(
+        ["n", "dtype", "cudalibs TFLOP/s", "torch TFLOP/s", "cupy TFLOP/s", "ours/torch",
+         "ours/cupy"], rows, right=range(2, 7))
+
+
+# -- 2. host cost ----------------------------------------------------------------------------
+def _host_us(fn, sync, calls=100, rounds=30) -> float:
+    for _ in range(20):
+        fn()
+    sync()
+    per = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per.append((time.perf_counter() - t0) / calls * 1e6)
+        sync()
+    return statistics.median(per)
+
+
+def host_cost(torch, cupy):
+    rng = np.random.default_rng(0)
+    a_h = rng.uniform(-1, 1, (64, 64)).astype(np.float32)
+    s = cl.Stream()
+    a, b = cl.to_device(a_h, stream=s), cl.to_device(a_h, stream=s)
+    out = cl.empty((64, 64), np.float32, stream=s)
+    ours = _host_us(lambda: cublas.gemm(a, b, stream=s), s.sync)
+    ours_out = _host_us(lambda: cublas.gemm(a, b, out, stream=s), s.sync)
+    plan_in = cublas.matmul(a, b, stream=s)                 # warm the plan cache
+    del plan_in
+    ours_lt = _host_us(lambda: cublas.matmul(a, b, stream=s), s.sync)
+    t = c = None
+    if torch:
+        ts = torch.cuda.Stream()
+        with torch.cuda.stream(ts):
+            ta = torch.from_numpy(a_h).cuda()
+            t = _host_us(lambda: torch.matmul(ta, ta), ts.synchronize)
+    if cupy:
+        cs = cupy.cuda.Stream(non_blocking=True)
+        with cs:
+            ca = cupy.asarray(a_h)
+            c = _host_us(lambda: cupy.matmul(ca, ca), cs.synchronize)
+    rows = [
+        ["cublas.gemm(a, b)", _fmt(ours, 2), _fmt(t, 2), _fmt(c, 2),
+         common.fmt_ratio(t, ours), common.fmt_ratio(c, ours)],
+        ["cublas.gemm(a, b, out)", _fmt(ours_out, 2), _fmt(t, 2), _fmt(c, 2),
+         common.fmt_ratio(t, ours_out), common.fmt_ratio(c, ours_out)],
+        ["cublas.matmul(a, b) (Lt, cached plan)", _fmt(ours_lt, 2), _fmt(t, 2), _fmt(c, 2),
+         common.fmt_ratio(t, ours_lt), common.fmt_ratio(c, ours_lt)],
+    ]
+    return common.markdown_table(["64x64 fp32 call", "cudalibs µs", "torch µs", "cupy µs",
+                                  "torch/ours", "cupy/ours"], rows, right=range(1, 6))
+
+
+# -- 3. strided batched ----------------------------------------------------------------------
+def batched(torch, cupy):
+    B, M, N, K = 256, 128, 128, 64
+    rng = np.random.default_rng(1)
+    a_h = rng.uniform(-1, 1, (B, M, K)).astype(np.float16)
+    b_h = rng.uniform(-1, 1, (B, K, N)).astype(np.float16)
+    s = cl.Stream()
+    a, b = cl.to_device(a_h, stream=s), cl.to_device(b_h, stream=s)
+    fn = lambda: cublas.gemm_strided_batched(a, b, stream=s)  # noqa: E731
+    ours = _time(fn, common.cudalibs_clock(s), _estimate(fn, s.sync))
+    t = c = None
+    if torch:
+        ts = torch.cuda.Stream()
+        with torch.cuda.stream(ts):
+            ta, tb = torch.from_numpy(a_h).cuda(), torch.from_numpy(b_h).cuda()
+            tfn = lambda: torch.bmm(ta, tb)  # noqa: E731
+            t = _time(tfn, common.torch_clock(torch, ts), _estimate(tfn, ts.synchronize))
+    if cupy:
+        cs = cupy.cuda.Stream(non_blocking=True)
+        with cs:
+            ca, cb = cupy.asarray(a_h), cupy.asarray(b_h)
+            cfn = lambda: cupy.matmul(ca, cb)  # noqa: E731
+            c = _time(cfn, common.cupy_clock(cupy, cs), _estimate(cfn, cs.synchronize))
+    o, tt, cc = (_tflops(M, N, K, x, B) for x in (ours, t, c))
+    return common.markdown_table(
+        ["fp16 batch 256 x (128x64 @ 64x128)", "cudalibs µs", "torch.bmm µs", "cupy µs",
+         "ours/torch", "ours/cupy"],
+        [["gemm_strided_batched", _fmt(ours * 1e3), _fmt(t * 1e3 if t else None),
+          _fmt(c * 1e3 if c else None), common.fmt_ratio(o, tt), common.fmt_ratio(o, cc)]],
+        right=range(1, 6))
+
+
+# -- 4. fused epilogue -----------------------------------------------------------------------
+def fused(torch, shapes):
+    rows = []
+    s = cl.Stream()
+    bf16 = cl.dtypes.bfloat16
+    for M, N, K in shapes:
+        rng = np.random.default_rng(2)
+        x_h = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+        w_h = rng.uniform(-1, 1, (K, N)).astype(np.float32) / np.sqrt(K)
+        b_h = rng.uniform(-1, 1, (N,)).astype(np.float32)
+        x, w, b = (cl.to_device(v.astype(bf16), stream=s) for v in (x_h, w_h, b_h))
+        fn = lambda: cublas.matmul(x, w, bias=b, epilogue="bias_gelu", stream=s)  # noqa: E731
+        ours = _time(fn, common.cudalibs_clock(s), _estimate(fn, s.sync))
+        t = None
+        if torch:
+            ts = torch.cuda.Stream()
+            F = torch.nn.functional
+            with torch.cuda.stream(ts):
+                tx, tw, tb = (torch.from_numpy(v).cuda().to(torch.bfloat16)
+                              for v in (x_h, w_h, b_h))
+                tfn = lambda: F.gelu(torch.matmul(tx, tw) + tb, approximate="tanh")  # noqa
+                t = _time(tfn, common.torch_clock(torch, ts), _estimate(tfn, ts.synchronize))
+        o, tt = _tflops(M, N, K, ours), _tflops(M, N, K, t)
+        rows.append([f"{M}x{K} @ {K}x{N}", _fmt(ours * 1e3), _fmt(t * 1e3 if t else None),
+                     common.fmt_ratio(o, tt)])
+    return common.markdown_table(["bf16 matmul+bias+GELU", "cudalibs Lt µs",
+                                  "torch mm→add→gelu µs", "ours/torch"], rows,
+                                 right=range(1, 4))
+
+
+# -- 5. autotune vs heuristic ----------------------------------------------------------------
+def autotune(torch, Ms, NKs):
+    rows = []
+    s = cl.Stream()
+    bf16 = cl.dtypes.bfloat16
+    clock = common.cudalibs_clock(s)
+    for nk in NKs:
+        rng = np.random.default_rng(3)
+        w_h = rng.uniform(-1, 1, (nk, nk)).astype(np.float32)
+        w = cl.to_device(w_h.astype(bf16), stream=s)
+        tw = torch.from_numpy(w_h).cuda().to(torch.bfloat16) if torch else None
+        for M in Ms:
+            x_h = rng.uniform(-1, 1, (M, nk)).astype(np.float32)
+            x = cl.to_device(x_h.astype(bf16), stream=s)
+            out = cl.empty((M, nk), bf16, stream=s)
+            plan = cublas.Matmul(x, w, out=out)
+            fn = lambda: plan.execute(x, w, out=out, stream=s)  # noqa: E731
+            est = _estimate(fn, s.sync)
+            heur = _time(fn, clock, est)
+            plan.autotune(iterations=5, stream=s)
+            chosen = plan.algorithm
+            tuned = _time(fn, clock, est)
+            t = None
+            if torch:
+                ts = torch.cuda.Stream()
+                with torch.cuda.stream(ts):
+                    tx = torch.from_numpy(x_h).cuda().to(torch.bfloat16)
+                    tfn = lambda: torch.matmul(tx, tw)  # noqa: E731
+                    t = _time(tfn, common.torch_clock(torch, ts), est)
+                tx = None
+            h_tf, a_tf, t_tf = (_tflops(M, nk, nk, v) for v in (heur, tuned, t))
+            rows.append([f"{M}", f"{nk}", _fmt(h_tf), _fmt(a_tf), f"{chosen['index']}",
+                         _fmt(t_tf), common.fmt_ratio(a_tf, h_tf), common.fmt_ratio(a_tf, t_tf)])
+            plan.free()
+            print(f"  autotune M={M} N=K={nk}: heuristic {_fmt(h_tf)}, tuned {_fmt(a_tf)}",
+                  file=sys.stderr)
+    return common.markdown_table(["M", "N=K", "heuristic TFLOP/s", "autotuned TFLOP/s",
+                                  "chosen", "torch TFLOP/s", "tuned/heuristic", "tuned/torch"],
+                                 rows, right=range(2, 8))
+
+
+# -- --fake: Python overhead without a GPU ---------------------------------------------------
+def fake_overhead(calls: int = 200_000) -> str:
+    """Per-call Python cost of cublas.gemm with the C calls replaced by a no-op C function."""
+    import importlib
+
+    from cudalibs.cublas import _lib as blas_lib, handle as handle_mod
+    from cudalibs.driver import _lib as drv_lib
+    from cudalibs.driver._handles import Handle
+    from cudalibs.driver.array import DeviceArray
+    from cudalibs.driver.device import Device
+
+    gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+    libc = ctypes.CDLL(None)
+
+    def noop(argtypes):
+        # abs(0) returns 0 at once; the argument conversion ctypes does for the real
+        # prototype (which dominates a ctypes call) is kept by giving it the same argtypes.
+        f = ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(("abs", libc))
+        return f
+
+    table = {p.name: p for p in blas_lib.TABLE}
+    fake_blas = type("FakeCublas", (), {})()
+    fake_blas.cublasGemmEx = noop(table["cublasGemmEx"].argtypes)
+    fake_blas.cublasGemmStridedBatchedEx = noop(table["cublasGemmStridedBatchedEx"].argtypes)
+    fake_drv = type("FakeDriver", (), {})()
+    fake_drv.cuCtxSetCurrent = noop([drv_lib.CUcontext])
+
+    dev = object.__new__(Device)
+    dev._ordinal = 0
+    dev._ctx = drv_lib.CUcontext()          # NULL: abs(0) == 0
+    h = Handle(blas_lib.cublasHandle_t(), dev, None)
+    h.stream = 0                            # already bound to the legacy stream
+    handle_mod._cublas_handles._local.handles = {0: h}
+    dt = cl.dtypes.lookup(np.float32)
+
+    def arr(ptr):
+        return DeviceArray._view(ptr, (64, 64), (256, 4), dt, dev, None, None)
+
+    a, b, out = arr(1 << 20), arr(1 << 21), arr(1 << 22)
+    saved = (blas_lib.get, drv_lib.get, gemm_mod.empty)
+    blas_lib.get = lambda: fake_blas
+    drv_lib.get = lambda: fake_drv
+    gemm_mod.empty = lambda shape, dtype, device=None, stream=None: arr(1 << 23)
+    try:
+        results = {}
+        for label, fn in (("gemm(a, b, out)", lambda: cublas.gemm(a, b, out)),
+                          ("gemm(a, b)  [allocation faked]", lambda: cublas.gemm(a, b)),
+                          ("gemm(a, b.T, out, alpha=0.5)",
+                           lambda: cublas.gemm(a, b.T, out, alpha=0.5)),
+                          ("bare ctypes cublasGemmEx call", lambda: fake_blas.cublasGemmEx(
+                              h.raw, 0, 0, 64, 64, 64, 1, 2, 0, 64, 3, 0, 64, 4, 5, 0, 64, 68,
+                              -1))):
+            fn()
+            best = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(calls // 5):
+                    fn()
+                best.append((time.perf_counter() - t0) / (calls // 5) * 1e6)
+            results[label] = min(best)
+    finally:
+        blas_lib.get, drv_lib.get, gemm_mod.empty = saved
+        handle_mod._cublas_handles._local.handles = {}
+    rows = [[k, f"{v:.2f}"] for k, v in results.items()]
+    return common.markdown_table(["64x64 fp32, C calls replaced by a no-op", "µs per call"],
+                                 rows, right=(1,))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer and smaller cases")
+    ap.add_argument("--fake", action="store_true", help="no GPU: Python overhead only")
+    args = ap.parse_args()
+    if args.fake:
+        print(f"# cudalibs gemm() Python overhead ({platform.python_version()}, "
+              f"{platform.processor() or platform.machine()})\n")
+        print(fake_overhead())
+        return 0
+    common.exit_if_no_gpu("benchmarks/gemm.py")
+    torch_p, cupy_p = common.load_torch(), common.load_cupy()
+    torch, cupy = torch_p.module, cupy_p.module
+    dev = cl.Device(0)
+    print(f"# GEMM benchmark: {dev.name} (sm_{dev.compute_capability[0]}"
+          f"{dev.compute_capability[1]}), cuBLAS {'.'.join(map(str, cublas.version()))}, "
+          f"torch {torch_p.version}, cupy {cupy_p.version}\n")
+    sizes = (1024, 4096) if args.quick else (1024, 4096, 8192)
+    sections = [
+        ("Square GEMM", lambda: square(torch, cupy, sizes)),
+        ("Host cost of a 64x64 fp32 call", lambda: host_cost(torch, cupy)),
+        ("Strided-batched fp16", lambda: batched(torch, cupy)),
+        ("cuBLASLt fused bias + GELU", lambda: fused(
+            torch, [(2048, 4096, 4096)] if args.quick else [(2048, 4096, 4096),
+                                                            (8192, 4096, 4096)])),
+        ("cuBLASLt autotuned vs heuristic (bf16)", lambda: autotune(
+            torch, (16, 2048) if args.quick else (16, 128, 2048, 8192),
+            (4096,) if args.quick else (4096, 11008))),
+    ]
+    for title, run in sections:
+        t0 = time.perf_counter()
+        try:
+            table = run()
+        except Exception as exc:  # one broken section must not hide the others
+            import traceback
+
+            traceback.print_exc()
+            table = f"error: {type(exc).__name__}: {exc}"
+        print(f"## {title}  ({time.perf_counter() - t0:.0f} s)\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

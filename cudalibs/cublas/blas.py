@@ -1,0 +1,224 @@
+"""cuBLAS level 1 and 2, for completeness: ``axpy``, ``scal``, ``dot``, ``nrm2``, ``gemv``.
+
+Vectors are 1-D arrays with any positive element stride (the stride is cuBLAS's ``inc``).
+Level 1 goes through the ``*Ex`` entry points, so float16 and bfloat16 work too (computed in
+float32).  ``dot`` and ``nrm2`` leave their result on the device, as a 0-d array, so they
+never synchronise: the handle is switched to device pointer mode for the call and back to
+host mode after it.  ``gemv`` uses the typed ``cublas?gemv_v2`` functions (float32, float64,
+complex64, complex128) with the row-major mapping of :mod:`cudalibs.cublas.gemm`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..driver import _lib as _drv
+from ..driver.array import DeviceArray, empty
+from ..driver.stream import as_stream
+from . import _lib
+from ._base import raise_for
+from .gemm import _INT_MAX, _OP_N, _OP_T, _as_array, _scalar
+from .handle import cublas_handle
+
+__all__ = ["axpy", "scal", "dot", "nrm2", "gemv"]
+
+_R32F = _dtypes.CUDA_R["R_32F"]
+
+
+def _exec_type(dt: np.dtype) -> tuple[int, np.dtype]:
+    """(execution cudaDataType, scale numpy dtype) for level-1 calls on ``dt``."""
+    row = _dtypes.lookup(dt)
+    if dt.kind == "c" or dt in (np.float32, np.float64):
+        return row.cuda, dt
+    if dt == np.float16 or dt == _dtypes.bfloat16:
+        return _R32F, np.dtype(np.float32)
+    raise ValueError(f"cuBLAS level 1 takes float16, bfloat16, float32, float64, complex64 or "
+                     f"complex128 vectors, not {dt}")
+
+
+def _vector(x, what) -> tuple[DeviceArray, int]:
+    x = _as_array(x, what)
+    if x.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got shape {x._shape}")
+    st = x._strides[0] if x._shape[0] > 1 else x.itemsize
+    if st <= 0 or st % x.itemsize:
+        raise ValueError(f"{what} needs a positive stride that is a multiple of its item size "
+                         f"(got {st} bytes); copy it first")
+    if x._shape[0] > _INT_MAX or st // x.itemsize > _INT_MAX:
+        raise ValueError(f"{what} is too long for cuBLAS's 32-bit sizes")
+    x._check()
+    return x, st // x.itemsize
+
+
+def _pair(x, y):
+    x, incx = _vector(x, "x")
+    y, incy = _vector(y, "y")
+    if x._shape != y._shape:
+        raise ValueError(f"x has shape {x._shape} but y has {y._shape}")
+    if x._dtype != y._dtype:
+        raise ValueError(f"x is {x._dtype} but y is {y._dtype}")
+    if x._device is not y._device:
+        raise ValueError("x and y are on different devices")
+    return x, incx, y, incy
+
+
+def _handle(dev, stream):
+    s = as_stream(stream, dev)
+    _drv.get().cuCtxSetCurrent(dev._ctx)
+    return s, cublas_handle(dev, s._handle)
+
+
+def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
+    """``y += alpha * x`` in place (``cublasAxpyEx``); returns ``y``."""
+    x, incx, y, incy = _pair(x, y)
+    ex, scale = _exec_type(x._dtype)
+    a = _scalar(alpha, scale, "alpha")
+    s, h = _handle(x._device, stream)
+    t = _dtypes.lookup(x._dtype).cuda
+    st = _lib.get().cublasAxpyEx(h, x._shape[0], ctypes.addressof(a), ex, x._ptr, t, incx,
+                                 y._ptr, t, incy, ex)
+    if st:
+        raise_for(st, "cublasAxpyEx")
+    return y
+
+
+def scal(alpha, x, *, stream=None) -> DeviceArray:
+    """``x *= alpha`` in place (``cublasScalEx``); returns ``x``."""
+    x, incx = _vector(x, "x")
+    ex, scale = _exec_type(x._dtype)
+    a = _scalar(alpha, scale, "alpha")
+    s, h = _handle(x._device, stream)
+    t = _dtypes.lookup(x._dtype).cuda
+    st = _lib.get().cublasScalEx(h, x._shape[0], ctypes.addressof(a), ex, x._ptr, t, incx, ex)
+    if st:
+        raise_for(st, "cublasScalEx")
+    return x
+
+
+def _device_result(fn, name, h, args):
+    """Call a level-1 reduction with its result pointer on the device."""
+    L = _lib.get()
+    st = L.cublasSetPointerMode_v2(h, _lib.CUBLAS_POINTER_MODE_DEVICE)
+    if st:
+        raise_for(st, "cublasSetPointerMode_v2")
+    try:
+        st = fn(h, *args)
+    finally:
+        # Every other wrapper passes host scalars: restore the handle's mode whatever happens.
+        L.cublasSetPointerMode_v2(h, _lib.CUBLAS_POINTER_MODE_HOST)
+    if st:
+        raise_for(st, name)
+
+
+def dot(x, y, *, conjugate: bool = False, stream=None) -> DeviceArray:
+    """``sum(x * y)`` (``sum(conj(x) * y)`` with ``conjugate=True``), as a 0-d device array.
+
+    Uses ``cublasDotEx`` / ``cublasDotcEx``; float16/bfloat16 accumulate in float32 and
+    return their own type.  Does not synchronise: ``float(result.get())`` when you need it.
+    """
+    x, incx, y, incy = _pair(x, y)
+    ex, _ = _exec_type(x._dtype)
+    s, h = _handle(x._device, stream)
+    out = empty((), x._dtype, device=x._device, stream=s)
+    t = _dtypes.lookup(x._dtype).cuda
+    L = _lib.get()
+    fn, name = (L.cublasDotcEx, "cublasDotcEx") if conjugate and x._dtype.kind == "c" else (
+        L.cublasDotEx, "cublasDotEx")
+    _device_result(fn, name, h, (x._shape[0], x._ptr, t, incx, y._ptr, t, incy, out._ptr, t,
+                                 ex))
+    return out
+
+
+def nrm2(x, *, stream=None) -> DeviceArray:
+    """The Euclidean norm of ``x`` (``cublasNrm2Ex``), as a 0-d device array of the real
+    type (float32 for complex64)."""
+    x, incx = _vector(x, "x")
+    ex, _ = _exec_type(x._dtype)
+    s, h = _handle(x._device, stream)
+    rt = {np.dtype(np.complex64): np.dtype(np.float32),
+          np.dtype(np.complex128): np.dtype(np.float64)}.get(x._dtype, x._dtype)
+    if x._dtype.kind == "c":
+        ex = _dtypes.lookup(rt).cuda
+    out = empty((), rt, device=x._device, stream=s)
+    _device_result(_lib.get().cublasNrm2Ex, "cublasNrm2Ex", h,
+                   (x._shape[0], x._ptr, _dtypes.lookup(x._dtype).cuda, incx, out._ptr,
+                    _dtypes.lookup(rt).cuda, ex))
+    return out
+
+
+_GEMV = {np.dtype(np.float32): "cublasSgemv_v2", np.dtype(np.float64): "cublasDgemv_v2",
+         np.dtype(np.complex64): "cublasCgemv_v2", np.dtype(np.complex128): "cublasZgemv_v2"}
+
+
+def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> DeviceArray:
+    """Matrix-vector product ``y = alpha * op(a) @ x + beta * y``.
+
+    Parameters
+    ----------
+    a : DeviceArray, shape (M, N)
+        Row-major semantics; needs a unit stride in one dimension (``a.T`` views are fine).
+    x : DeviceArray, shape (N,) (``(M,)`` with ``trans=True``)
+    y : DeviceArray, optional
+        Written in place; needed when ``beta != 0``.
+    alpha, beta : scalar
+    trans : bool, default False
+        Use ``a.T`` (no conjugation).
+    stream : Stream, optional
+
+    Returns
+    -------
+    DeviceArray
+        ``y``.
+    """
+    a = _as_array(a, "a")
+    dt = a._dtype
+    name = _GEMV.get(dt)
+    if name is None:
+        raise ValueError(f"gemv takes float32, float64, complex64 or complex128, not {dt} "
+                         "(use cublas.gemm with an (N, 1) matrix for other types)")
+    if a.ndim != 2:
+        raise ValueError(f"a must be 2-D, got shape {a._shape}")
+    M, N = a._shape
+    rows, cols = (N, M) if trans else (M, N)
+    x, incx = _vector(x, "x")
+    if x._shape != (cols,) or x._dtype != dt or x._device is not a._device:
+        raise ValueError(f"x must be a ({cols},) {dt} vector on device {a._device.ordinal}, "
+                         f"not {x._shape} {x._dtype}")
+    item = a.itemsize
+    if any(st % item for st in a._strides):
+        raise ValueError("a's strides are not multiples of its item size")
+    s0, s1 = a._strides[0] // item, a._strides[1] // item
+    # Row-major a (M×N) with unit column stride is the column-major N×M matrix aᵀ (ld = s0):
+    # a @ x is then op T on it.  With unit row stride it is column-major M×N a itself.
+    if N == 1 or s1 == 1:
+        cm, cn, ld, op = N, M, (s0 if M > 1 else max(N, 1)), _OP_T
+    elif M == 1 or s0 == 1:
+        cm, cn, ld, op = M, N, (s1 if N > 1 else max(M, 1)), _OP_N
+    else:
+        raise ValueError("a needs a unit stride in one dimension; copy it first")
+    if ld < max(cm, 1):
+        raise ValueError("a's leading dimension is shorter than its rows")
+    if trans:
+        op = _OP_N if op == _OP_T else _OP_T
+    a_c = _scalar(alpha, dt, "alpha")
+    b_c = _scalar(beta, dt, "beta")
+    if y is None:
+        if beta != 0:
+            raise ValueError("beta != 0 accumulates into y, so y must be given")
+        s = as_stream(stream, a._device)
+        y = empty((rows,), dt, device=a._device, stream=s)
+    y, incy = _vector(y, "y")
+    if y._shape != (rows,) or y._dtype != dt or y._device is not a._device:
+        raise ValueError(f"y must be a ({rows},) {dt} vector on device {a._device.ordinal}")
+    a._check()
+    s, h = _handle(a._device, stream)
+    if rows == 0:
+        return y
+    st = getattr(_lib.get(), name)(h, op, cm, cn, ctypes.addressof(a_c), a._ptr, ld, x._ptr,
+                                   incx, ctypes.addressof(b_c), y._ptr, incy)
+    if st:
+        raise_for(st, name)
+    return y

@@ -1,0 +1,181 @@
+"""Helpers every cuDNN wrapper shares: argument checks, output arrays, scaling factors.
+
+Nothing here is public; the wrappers re-raise nothing and add no state of their own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+
+import numpy as np
+
+from ..driver.array import DeviceArray, asarray, empty
+from ..driver.memory import alloc_async
+from ..driver.stream import as_stream
+from .descriptors import cudnn_dtype, layout_name, layouts_of, packed_strides
+
+# -- scaling factors ---------------------------------------------------------------------------
+# cuDNN reads alpha/beta through host pointers: a float for float/half/bfloat16 data, a double
+# for double data.  Each value used is made once and kept, so a call passes plain addresses.
+_SCALARS: dict = {}
+
+
+def scalar(value, double: bool) -> int:
+    """Address of a host ``float`` (or ``double``) holding ``value``; valid for the process."""
+    key = (double, value)
+    hit = _SCALARS.get(key)
+    if hit is not None:
+        return hit[1]
+    obj = (ctypes.c_double if double else ctypes.c_float)(float(value))
+    if len(_SCALARS) > 1024:  # many distinct values: keep the cache bounded
+        _SCALARS.clear()
+    _SCALARS[key] = (obj, ctypes.addressof(obj))
+    return _SCALARS[key][1]
+
+
+# -- arguments -----------------------------------------------------------------------------------
+def as_array(obj, name: str) -> DeviceArray:
+    """A DeviceArray view of ``obj`` (DeviceArray, CAI or DLPack), checked open."""
+    try:
+        arr = asarray(obj)
+    except TypeError as exc:
+        raise TypeError(f"{name}: {exc}") from None
+    arr.ptr  # raises ClosedError for an array whose buffer was closed
+    return arr
+
+
+def same_device(dev, **arrays) -> None:
+    for name, a in arrays.items():
+        if a is not None and a._device is not dev:
+            raise ValueError(f"{name} is on device {a._device.ordinal}, the input on device "
+                             f"{dev.ordinal}; move it first")
+
+
+def check_float(arr, name: str) -> None:
+    try:
+        cudnn_dtype(arr.dtype)
+    except TypeError as exc:
+        raise TypeError(f"{name}: {exc}") from None
+
+
+def tuple_arg(value, n: int, name: str) -> tuple[int, ...]:
+    """An int (repeated) or a sequence of ``n`` ints."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),) * n
+    try:
+        out = tuple(operator.index(v) for v in value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a sequence of {n} ints, not {value!r}") from None
+    if len(out) != n:
+        raise ValueError(f"{name} needs {n} values (one per spatial dimension), got {out}")
+    return out
+
+
+def layout_of(arr, name: str, allowed=(4, 5)) -> tuple[bool, ...]:
+    """The packed layouts ``arr`` (logical N, C, ...) fits; raises when it fits none."""
+    if arr.ndim not in allowed:
+        raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions "
+                         f"(logical N, C, spatial...), got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); cuDNN needs every dimension >= 1")
+    fits = layouts_of(arr.shape, arr.strides, arr.itemsize)
+    if not fits:
+        raise ValueError(
+            f"{name} of shape {arr.shape} has strides {arr.strides}, neither packed "
+            f"{layout_name(arr.ndim, False)} nor packed {layout_name(arr.ndim, True)} "
+            "(channels-last); make a packed copy first (.copy())")
+    return fits
+
+
+def pick_layout(*fits_and_names) -> bool:
+    """One channels_last value every operand fits (pairs of (fits, name)); prefers NCHW when
+    all are ambiguous, else the first operand's layout."""
+    common = {False, True}
+    for fits, _ in fits_and_names:
+        common &= set(fits)
+    if not common:
+        desc = ", ".join(f"{name} is {'/'.join(layout_name(4, c) for c in fits)}"
+                         for fits, name in fits_and_names)
+        raise ValueError(f"operands have different memory layouts ({desc}); cuDNN needs them "
+                         "alike here: convert one (channels-last <-> channels-first)")
+    if len(common) == 2:
+        for fits, _ in fits_and_names:
+            if len(fits) == 1:
+                return fits[0]
+        return False
+    return common.pop()
+
+
+def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
+           strides=None) -> DeviceArray:
+    """``out`` checked against ``shape``/``dtype``/layout/device, or a new array of them,
+    allocated stream-ordered on ``s`` in the given layout.
+
+    ``strides`` (bytes, the packed strides of that layout), when given, lets an ``out`` that
+    matches exactly skip the general checks: the common case of a repeated call.
+    """
+    if (strides is not None and type(out) is DeviceArray and out._device is dev
+            and out._shape == shape and out._strides == strides and out._dtype == dtype):
+        out.ptr  # raises ClosedError for a closed buffer
+        return out
+    shape = tuple(shape)
+    if out is None:
+        if channels_last and len(shape) >= 3:
+            st = packed_strides(shape, True)
+            itemsize = np.dtype(dtype).itemsize
+            nbytes = itemsize * int(np.prod(shape))
+            buf = alloc_async(nbytes, s, dev)
+            return DeviceArray.from_buffer(buf, shape, dtype, tuple(v * itemsize for v in st))
+        return empty(shape, dtype, device=dev, stream=s)
+    out = as_array(out, name)
+    if out._device is not dev:
+        raise ValueError(f"{name} is on device {out._device.ordinal}, the inputs on "
+                         f"device {dev.ordinal}")
+    if out.shape != shape:
+        raise ValueError(f"{name} has shape {out.shape}, expected {shape}")
+    if out.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} has dtype {out.dtype}, expected {np.dtype(dtype)}")
+    if len(shape) >= 3:
+        if channels_last not in layouts_of(out.shape, out.strides, out.itemsize):
+            raise ValueError(f"{name} must be packed {layout_name(len(shape), channels_last)} "
+                             f"like the inputs; its strides are {out.strides}")
+    elif not out.is_c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return out
+
+
+def stream_of(stream, dev):
+    return as_stream(stream, dev)
+
+
+def scratch(nbytes: int, s, dev):
+    """A stream-ordered scratch buffer (closed by the caller when done)."""
+    return alloc_async(max(int(nbytes), 1), s, dev)
+
+
+def is_double(dtype) -> bool:
+    return np.dtype(dtype) == np.float64
+
+
+def padded(arr, name: str, min_dims: int = 4, max_dims: int = 5):
+    """``(shape, byte strides)`` of ``arr`` with trailing size-1 dimensions appended up to
+    ``min_dims`` (cuDNN tensors have at least four), checked for dimension count and
+    emptiness."""
+    if not 2 <= arr.ndim <= max_dims:
+        raise ValueError(f"{name} must have 2 to {max_dims} dimensions (logical N, C, ...), "
+                         f"got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); cuDNN needs every dimension >= 1")
+    extra = max(0, min_dims - arr.ndim)
+    return arr.shape + (1,) * extra, arr.strides + (arr.itemsize,) * extra
+
+
+def layout_padded(shape, strides, itemsize, name: str) -> tuple[bool, ...]:
+    """Like :func:`layout_of`, for the padded shape of :func:`padded`."""
+    fits = layouts_of(shape, strides, itemsize)
+    if not fits:
+        raise ValueError(
+            f"{name} has strides {strides[:len(shape)]}: it is neither packed channels-first "
+            "nor packed channels-last; make a packed copy first (.copy())")
+    return fits

@@ -1,0 +1,500 @@
+"""RAII cuDNN descriptors, built from plain Python parameters and cached by them.
+
+A descriptor is a small host-side object (no GPU needed to create one) that tells cuDNN the
+shape and type of a tensor, filter, convolution, pooling window or activation.  Building one
+costs a few microseconds of C calls, so the functions :func:`tensor_descriptor`,
+:func:`filter_descriptor`, :func:`convolution_descriptor`, :func:`pooling_descriptor` and
+:func:`activation_descriptor` return a cached, immutable descriptor for their arguments: a
+repeated call creates nothing.  Each descriptor is destroyed by ``close()``, a ``with`` block
+or when the last reference goes (a ``weakref.finalize`` holding the C function and raw handle,
+never the object).  The cache is bounded; an evicted descriptor lives on while a plan still
+holds it.
+
+Layouts
+-------
+Arrays are always *logical* ``(N, C, H, W)`` (``(N, C, D, H, W)`` in 3-D), as in PyTorch; the
+memory layout is read from the strides: C-contiguous data is ``NCHW``/``NCDHW``, a
+channels-last array (what ``torch.Tensor.contiguous(memory_format=torch.channels_last)``
+gives, or ``x.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)`` in numpy terms) is
+``NHWC``/``NDHWC``.  :func:`layouts_of` does the reading.  These are the only two layouts this
+package hands to cuDNN, and every tensor is described with the packed strides of its layout.
+
+This layer describes problems by value (shapes, strides, dtypes, parameters) only, so a backend
+built on the cuDNN graph API could replace the legacy descriptors without changing a public
+function.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import threading
+import weakref
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..errors import ClosedError
+from . import _lib
+from ._base import raise_for
+
+__all__ = [
+    "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
+    "ActivationDescriptor", "tensor_descriptor", "filter_descriptor",
+    "convolution_descriptor", "pooling_descriptor", "activation_descriptor",
+    "descriptor_cache_size", "clear_descriptor_cache", "layouts_of", "packed_strides",
+    "layout_name", "cudnn_dtype", "MATH_TYPES", "POOLING_MODES", "ACTIVATION_MODES",
+]
+
+#: numpy dtypes this package passes to cuDNN, and their cudnnDataType_t.
+_CUDNN_FLOAT_TYPES = ("float32", "float16", "bfloat16", "float64")
+
+#: math= names -> cudnnMathType_t.
+MATH_TYPES = {
+    "fma": _lib.CUDNN_FMA_MATH,
+    "default": _lib.CUDNN_DEFAULT_MATH,
+    "tf32": _lib.CUDNN_DEFAULT_MATH,
+    "tensor_op": _lib.CUDNN_TENSOR_OP_MATH,
+    "allow_conversion": _lib.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+}
+
+#: mode= names of pooling -> cudnnPoolingMode_t.  "avg" counts the padding, as PyTorch's
+#: ``avg_pool2d`` does by default.
+POOLING_MODES = {
+    "max": _lib.CUDNN_POOLING_MAX,
+    "max_deterministic": _lib.CUDNN_POOLING_MAX_DETERMINISTIC,
+    "avg": _lib.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+    "avg_include_padding": _lib.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+    "avg_exclude_padding": _lib.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+}
+
+#: mode= names of activation -> cudnnActivationMode_t.
+ACTIVATION_MODES = {
+    "sigmoid": _lib.CUDNN_ACTIVATION_SIGMOID,
+    "relu": _lib.CUDNN_ACTIVATION_RELU,
+    "tanh": _lib.CUDNN_ACTIVATION_TANH,
+    "clipped_relu": _lib.CUDNN_ACTIVATION_CLIPPED_RELU,
+    "elu": _lib.CUDNN_ACTIVATION_ELU,
+    "identity": _lib.CUDNN_ACTIVATION_IDENTITY,
+    "swish": _lib.CUDNN_ACTIVATION_SWISH,
+}
+
+
+def cudnn_dtype(dtype) -> int:
+    """The ``cudnnDataType_t`` of a floating dtype cuDNN computes in.
+
+    Raises
+    ------
+    TypeError
+        Not float32, float16, bfloat16 or float64.
+    """
+    row = _dtypes.lookup(dtype)
+    if row.name not in _CUDNN_FLOAT_TYPES:
+        raise TypeError(f"cuDNN operations here take {', '.join(_CUDNN_FLOAT_TYPES)} data, "
+                        f"not {row.name}")
+    return row.cudnn
+
+
+# -- layouts ---------------------------------------------------------------------------------
+def layout_name(ndim: int, channels_last: bool) -> str:
+    """``"NCHW"``, ``"NHWC"``, ``"NCDHW"`` or ``"NDHWC"`` (others: ``"N C <k spatial>"``)."""
+    spatial = {1: "W", 2: "HW", 3: "DHW"}.get(ndim - 2, f"{ndim - 2}d")
+    return f"N{spatial}C" if channels_last else f"NC{spatial}"
+
+
+def packed_strides(shape, channels_last: bool) -> tuple[int, ...]:
+    """Element strides of a packed logical ``(N, C, *spatial)`` array in either layout."""
+    shape = tuple(shape)
+    if not channels_last:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        return tuple(reversed(strides))
+    n, c, spatial = shape[0], shape[1], shape[2:]
+    out = [0] * len(shape)
+    out[1] = 1
+    acc = c
+    for i in range(len(spatial) - 1, -1, -1):
+        out[2 + i] = acc
+        acc *= spatial[i]
+    out[0] = acc
+    return tuple(out)
+
+
+def layouts_of(shape, strides, itemsize: int) -> tuple[bool, ...]:
+    """Which packed layouts the byte ``strides`` of a logical ``(N, C, ...)`` array match.
+
+    Returns
+    -------
+    tuple of bool
+        ``channels_last`` values that fit: ``(False,)`` for NCHW-packed data, ``(True,)`` for
+        channels-last data, both when size-1 dimensions make the two coincide, ``()`` for any
+        other stride pattern (a slice, a transposed or padded view).
+    """
+    fits = []
+    for cl in (False, True):
+        want = packed_strides(shape, cl)
+        if all(n == 1 or s == w * itemsize for n, s, w in zip(shape, strides, want)):
+            fits.append(cl)
+    return tuple(fits)
+
+
+# -- the descriptor objects --------------------------------------------------------------------
+def _destroy(fn, raw) -> None:
+    fn(raw)
+
+
+def _ints(values):
+    return (ctypes.c_int * max(len(values), 1))(*values)
+
+
+class _Descriptor:
+    """Shared lifetime logic: create, set (freeing on failure), finalize, close."""
+
+    __slots__ = ("_raw", "_finalizer", "_key", "__weakref__")
+    _kind = ""
+
+    def __init__(self, key):
+        L = _lib.get()
+        raw = getattr(_lib, f"cudnn{self._kind}Descriptor_t")()
+        fn = f"cudnnCreate{self._kind}Descriptor"
+        st = getattr(L, fn)(ctypes.byref(raw))
+        if st:
+            raise_for(st, fn)
+        self._raw = raw
+        self._key = key
+        self._finalizer = weakref.finalize(self, _destroy,
+                                           getattr(L, f"cudnnDestroy{self._kind}Descriptor"), raw)
+        # At interpreter exit the process frees everything; calling into a library that may
+        # already be unloaded would only risk a crash.
+        self._finalizer.atexit = False
+        try:
+            self._set(L, raw, *key)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _set(self, L, raw, *key):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    @property
+    def raw(self):
+        """The ctypes handle, for the raw layer."""
+        if not self._finalizer.alive:
+            raise ClosedError(f"{type(self).__name__} is closed")
+        return self._raw
+
+    @property
+    def handle(self) -> int:
+        """The descriptor's address, as an int."""
+        return ctypes.cast(self.raw, ctypes.c_void_p).value or 0
+
+    @property
+    def key(self) -> tuple:
+        """The parameters this descriptor was built from (its cache key)."""
+        return self._key
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Destroy the descriptor now; calling it again does nothing."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _describe(self) -> str:
+        return repr(self._key)
+
+    def __repr__(self) -> str:
+        state = ", closed" if self.closed else ""
+        return f"<{type(self).__name__} {self._describe()}{state}>"
+
+
+class TensorDescriptor(_Descriptor):
+    """``cudnnTensorDescriptor_t``: element type, dimensions and element strides.
+
+    Parameters
+    ----------
+    dtype : dtype-like
+        float32, float16, bfloat16 or float64.
+    shape : tuple of int
+        3 to 8 positive dimensions.
+    strides : tuple of int
+        Element (not byte) strides, one per dimension.
+    """
+
+    __slots__ = ()
+    _kind = "Tensor"
+
+    def __init__(self, dtype, shape, strides):
+        dt = np.dtype(_dtypes.lookup(dtype).numpy)
+        cudnn_dtype(dt)
+        shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
+        if not 3 <= len(shape) <= _lib.CUDNN_DIM_MAX or len(strides) != len(shape):
+            raise ValueError(f"a tensor descriptor takes 3 to {_lib.CUDNN_DIM_MAX} dimensions "
+                             f"with one stride each, got shape {shape}, strides {strides}")
+        if any(n < 1 for n in shape) or any(s < 1 for s in strides):
+            raise ValueError(f"tensor dimensions and strides must be >= 1, got shape {shape}, "
+                             f"strides {strides}")
+        super().__init__((dt, shape, strides))
+
+    def _set(self, L, raw, dt, shape, strides):
+        st = L.cudnnSetTensorNdDescriptor(raw, cudnn_dtype(dt), len(shape), _ints(shape),
+                                          _ints(strides))
+        if st:
+            raise_for(st, "cudnnSetTensorNdDescriptor",
+                      f"dtype {dt}, shape {shape}, strides {strides}")
+
+    def _describe(self):
+        dt, shape, strides = self._key
+        return f"{dt} shape={shape} strides={strides}"
+
+
+class FilterDescriptor(_Descriptor):
+    """``cudnnFilterDescriptor_t``: a packed ``(K, C/groups, *window)`` filter.
+
+    Parameters
+    ----------
+    dtype : dtype-like
+    shape : tuple of int
+        Logical ``(K, C/groups, R, S)`` (or 3-D ``(K, C/groups, T, R, S)``).
+    channels_last : bool
+        The memory is ``KRSC`` (``CUDNN_TENSOR_NHWC``) instead of ``KCRS``.
+    """
+
+    __slots__ = ()
+    _kind = "Filter"
+
+    def __init__(self, dtype, shape, channels_last: bool = False):
+        dt = np.dtype(_dtypes.lookup(dtype).numpy)
+        cudnn_dtype(dt)
+        shape = tuple(int(s) for s in shape)
+        if not 3 <= len(shape) <= _lib.CUDNN_DIM_MAX or any(n < 1 for n in shape):
+            raise ValueError(f"a filter descriptor takes 3 to {_lib.CUDNN_DIM_MAX} positive "
+                             f"dimensions, got {shape}")
+        super().__init__((dt, shape, bool(channels_last)))
+
+    def _set(self, L, raw, dt, shape, cl):
+        fmt = _lib.CUDNN_TENSOR_NHWC if cl else _lib.CUDNN_TENSOR_NCHW
+        st = L.cudnnSetFilterNdDescriptor(raw, cudnn_dtype(dt), fmt, len(shape), _ints(shape))
+        if st:
+            raise_for(st, "cudnnSetFilterNdDescriptor", f"dtype {dt}, shape {shape}")
+
+    def _describe(self):
+        dt, shape, cl = self._key
+        return f"{dt} shape={shape} {'channels-last' if cl else 'channels-first'}"
+
+
+class ConvolutionDescriptor(_Descriptor):
+    """``cudnnConvolutionDescriptor_t``: a cross-correlation (what deep learning calls a
+    convolution) with its padding, stride, dilation, groups, compute type and math type.
+
+    Parameters
+    ----------
+    padding, stride, dilation : tuple of int
+        One per spatial dimension.
+    groups : int
+    compute : int
+        ``cudnnDataType_t`` of the accumulation.
+    math : int
+        ``cudnnMathType_t``.
+    """
+
+    __slots__ = ()
+    _kind = "Convolution"
+
+    def __init__(self, padding, stride, dilation, groups: int, compute: int, math: int):
+        key = (tuple(int(p) for p in padding), tuple(int(s) for s in stride),
+               tuple(int(d) for d in dilation), int(groups), int(compute), int(math))
+        check_conv_params(*key[:4])
+        super().__init__(key)
+
+    def _set(self, L, raw, pad, stride, dil, groups, compute, math):
+        st = L.cudnnSetConvolutionNdDescriptor(raw, len(pad), _ints(pad), _ints(stride),
+                                               _ints(dil), _lib.CUDNN_CROSS_CORRELATION,
+                                               compute)
+        if st:
+            raise_for(st, "cudnnSetConvolutionNdDescriptor",
+                      f"padding {pad}, stride {stride}, dilation {dil}")
+        st = L.cudnnSetConvolutionGroupCount(raw, groups)
+        if st:
+            raise_for(st, "cudnnSetConvolutionGroupCount")
+        st = L.cudnnSetConvolutionMathType(raw, math)
+        if st:
+            raise_for(st, "cudnnSetConvolutionMathType")
+
+    def _describe(self):
+        pad, stride, dil, groups, compute, math = self._key
+        m = {v: k for k, v in MATH_TYPES.items() if k != "tf32"}.get(math, math)
+        return (f"padding={pad} stride={stride} dilation={dil} groups={groups} "
+                f"compute={compute} math={m}")
+
+
+def check_conv_params(padding, stride, dilation, groups) -> None:
+    """Raise ValueError for negative padding, stride or dilation below 1, groups below 1."""
+    if any(p < 0 for p in padding):
+        raise ValueError(f"padding must be >= 0, got {padding}")
+    if any(s < 1 for s in stride):
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    if any(d < 1 for d in dilation):
+        raise ValueError(f"dilation must be >= 1, got {dilation}")
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+
+
+class PoolingDescriptor(_Descriptor):
+    """``cudnnPoolingDescriptor_t``.
+
+    Parameters
+    ----------
+    mode : str
+        A key of :data:`POOLING_MODES`.
+    window, padding, stride : tuple of int
+        One per spatial dimension.
+    propagate_nan : bool
+        Max pooling passes NaN through.
+    """
+
+    __slots__ = ()
+    _kind = "Pooling"
+
+    def __init__(self, mode: str, window, padding, stride, propagate_nan: bool = True):
+        if mode not in POOLING_MODES:
+            raise ValueError(f"pooling mode must be one of {sorted(POOLING_MODES)}, not {mode!r}")
+        key = (mode, tuple(int(v) for v in window), tuple(int(v) for v in padding),
+               tuple(int(v) for v in stride), bool(propagate_nan))
+        _, window, padding, stride, _ = key
+        if not len(window) == len(padding) == len(stride) or not window:
+            raise ValueError("window, padding and stride need one entry per spatial dimension")
+        if any(w < 1 for w in window):
+            raise ValueError(f"pooling window must be >= 1, got {window}")
+        if any(p < 0 for p in padding):
+            raise ValueError(f"padding must be >= 0, got {padding}")
+        if any(s < 1 for s in stride):
+            raise ValueError(f"stride must be >= 1, got {stride}")
+        if any(p >= w for p, w in zip(padding, window)):
+            # cuDNN rejects it too, with a bare BAD_PARAM; a window entirely in padding has
+            # no input to reduce.
+            raise ValueError(f"padding {padding} must be smaller than the window {window}")
+        super().__init__(key)
+
+    def _set(self, L, raw, mode, window, padding, stride, nan):
+        st = L.cudnnSetPoolingNdDescriptor(
+            raw, POOLING_MODES[mode],
+            _lib.CUDNN_PROPAGATE_NAN if nan else _lib.CUDNN_NOT_PROPAGATE_NAN,
+            len(window), _ints(window), _ints(padding), _ints(stride))
+        if st:
+            raise_for(st, "cudnnSetPoolingNdDescriptor")
+
+    def _describe(self):
+        mode, window, padding, stride, _ = self._key
+        return f"{mode} window={window} padding={padding} stride={stride}"
+
+
+class ActivationDescriptor(_Descriptor):
+    """``cudnnActivationDescriptor_t``.
+
+    Parameters
+    ----------
+    mode : str
+        A key of :data:`ACTIVATION_MODES`.
+    coef : float
+        The ceiling of ``clipped_relu``, the alpha of ``elu``; ignored otherwise.
+    swish_beta : float
+        The beta of ``swish`` (``x * sigmoid(beta * x)``).
+    propagate_nan : bool
+    """
+
+    __slots__ = ()
+    _kind = "Activation"
+
+    def __init__(self, mode: str, coef: float = 0.0, swish_beta: float = 1.0,
+                 propagate_nan: bool = True):
+        if mode not in ACTIVATION_MODES:
+            raise ValueError(f"activation mode must be one of {sorted(ACTIVATION_MODES)}, "
+                             f"not {mode!r}")
+        super().__init__((mode, float(coef), float(swish_beta), bool(propagate_nan)))
+
+    def _set(self, L, raw, mode, coef, beta, nan):
+        st = L.cudnnSetActivationDescriptor(
+            raw, ACTIVATION_MODES[mode],
+            _lib.CUDNN_PROPAGATE_NAN if nan else _lib.CUDNN_NOT_PROPAGATE_NAN, coef)
+        if st:
+            raise_for(st, "cudnnSetActivationDescriptor")
+        if mode == "swish":
+            st = L.cudnnSetActivationDescriptorSwishBeta(raw, beta)
+            if st:
+                raise_for(st, "cudnnSetActivationDescriptorSwishBeta")
+
+    def _describe(self):
+        mode, coef, beta, _ = self._key
+        extra = {"clipped_relu": f" ceiling={coef}", "elu": f" alpha={coef}",
+                 "swish": f" beta={beta}"}.get(mode, "")
+        return mode + extra
+
+
+# -- the cache ---------------------------------------------------------------------------------
+_CACHE_MAX = 4096
+_cache: collections.OrderedDict = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cached(cls, *args):
+    key = (cls, args)
+    d = _cache.get(key)
+    if d is not None and d._finalizer.alive:
+        return d
+    d = cls(*args)
+    with _cache_lock:
+        _cache[key] = d
+        while len(_cache) > _CACHE_MAX:
+            _cache.popitem(last=False)
+    return d
+
+
+def tensor_descriptor(dtype, shape, strides) -> TensorDescriptor:
+    """A cached :class:`TensorDescriptor` (``strides`` in elements)."""
+    return _cached(TensorDescriptor, np.dtype(dtype), tuple(shape), tuple(strides))
+
+
+def filter_descriptor(dtype, shape, channels_last: bool = False) -> FilterDescriptor:
+    """A cached :class:`FilterDescriptor`."""
+    return _cached(FilterDescriptor, np.dtype(dtype), tuple(shape), bool(channels_last))
+
+
+def convolution_descriptor(padding, stride, dilation, groups, compute, math
+                           ) -> ConvolutionDescriptor:
+    """A cached :class:`ConvolutionDescriptor`."""
+    return _cached(ConvolutionDescriptor, tuple(padding), tuple(stride), tuple(dilation),
+                   int(groups), int(compute), int(math))
+
+
+def pooling_descriptor(mode, window, padding, stride, propagate_nan=True) -> PoolingDescriptor:
+    """A cached :class:`PoolingDescriptor`."""
+    return _cached(PoolingDescriptor, mode, tuple(window), tuple(padding), tuple(stride),
+                   bool(propagate_nan))
+
+
+def activation_descriptor(mode, coef=0.0, swish_beta=1.0, propagate_nan=True
+                          ) -> ActivationDescriptor:
+    """A cached :class:`ActivationDescriptor`."""
+    return _cached(ActivationDescriptor, mode, float(coef), float(swish_beta),
+                   bool(propagate_nan))
+
+
+def descriptor_cache_size() -> int:
+    """How many descriptors the cache holds."""
+    return len(_cache)
+
+
+def clear_descriptor_cache() -> None:
+    """Drop every cached descriptor (each is destroyed once nothing else holds it)."""
+    with _cache_lock:
+        _cache.clear()

@@ -1,0 +1,373 @@
+"""CUDA graphs: capture the work queued on a stream once, replay it for a fraction of the cost.
+
+::
+
+    s = cudalibs.Stream()
+    with cudalibs.graph.capture(s) as g:       # nothing runs: launches are recorded
+        kernel.launch(grid, block, x, n, stream=s)
+    exe = g.instantiate()                       # a GraphExec
+    exe.replay()                                # runs every captured launch again
+
+Anything that queues work on the capturing stream is captured: kernel launches, copies,
+memsets, and (later) cuBLAS, cuDNN and NCCL calls.  The values of kernel arguments are
+copied at capture, so replays run with the arguments of the capture; capture again and
+:meth:`GraphExec.update` to change them without re-instantiating.
+
+Memory allocated from a pool on the capturing stream (``cudalibs.empty(..., stream=s)``)
+becomes an allocation node of the graph; close such arrays inside the capture block (a free
+node), so that each replay allocates and frees them again.
+
+Lifetime: a graph keeps the modules whose kernels it launches alive, and
+:meth:`Module.close <cudalibs.driver.module.Module.close>` refuses while an executable graph
+uses them.  Arrays captured by pointer are the caller's to keep alive, as with any
+asynchronous launch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+from ..errors import ClosedError, CudaLibsError
+from . import _lib, module as _module
+from ._core import raise_for
+from .device import Device, as_device
+from .stream import Stream, as_stream
+
+__all__ = ["capture", "Graph", "GraphExec", "is_capturing", "CAPTURE_MODES"]
+
+#: ``mode=`` of :func:`capture` -> ``CUstreamCaptureMode``.
+CAPTURE_MODES = {
+    "global": _lib.CU_STREAM_CAPTURE_MODE_GLOBAL,
+    "thread_local": _lib.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    "relaxed": _lib.CU_STREAM_CAPTURE_MODE_RELAXED,
+}
+
+_UPDATE_RESULTS = {
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR: "the update failed for an unexpected reason",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: "the graph topology changed",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: "a node's type changed",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: "a kernel node's function changed",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: "a node's parameters changed in a way "
+    "that cannot be updated",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: "something about a node is not supported "
+    "by update",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE: "a kernel's function changed "
+    "in an unsupported way",
+    _lib.CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: "a node's attributes changed",
+}
+
+
+def _destroy(fn, set_ctx, ctx, handle):
+    set_ctx(ctx)
+    fn(handle)
+
+
+def is_capturing(stream=None) -> bool:
+    """Whether ``stream`` (the current stream by default) is capturing into a graph."""
+    s = as_stream(stream)
+    status = ctypes.c_int()
+    st = _lib.get().cuStreamIsCapturing(s._h, ctypes.byref(status))
+    if st:
+        raise_for(st, "cuStreamIsCapturing")
+    return status.value == _lib.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+class Graph:
+    """A captured CUDA graph (``CUgraph``): a template to :meth:`instantiate`.
+
+    Made by :func:`capture`.  Destroyed by :meth:`close`, a ``with`` block or garbage
+    collection; executable graphs made from it stay valid after it is closed.
+    """
+
+    __slots__ = ("_h", "_device", "_finalizer", "_modules", "_capturing", "__weakref__")
+
+    def __init__(self):
+        raise TypeError("make graphs with cudalibs.graph.capture(stream)")
+
+    @classmethod
+    def _empty(cls, device: Device) -> "Graph":
+        self = object.__new__(cls)
+        self._h = None
+        self._device = device
+        self._finalizer = None
+        self._modules = set()
+        self._capturing = True
+        return self
+
+    def _adopt(self, h) -> None:
+        L = _lib.get()
+        self._h = h
+        self._capturing = False
+        self._finalizer = weakref.finalize(self, _destroy, L.cuGraphDestroy, L.cuCtxSetCurrent,
+                                           self._device._ctx, h)
+        self._finalizer.atexit = False
+
+    def _check(self):
+        if self._capturing:
+            raise CudaLibsError("the graph is still being captured: leave the capture block "
+                                "first")
+        if self._finalizer is None or not self._finalizer.alive:
+            raise ClosedError("graph is closed")
+        return self._h
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        return not self._capturing and (self._finalizer is None or not self._finalizer.alive)
+
+    @property
+    def handle(self) -> int:
+        """The raw ``CUgraph``."""
+        return ctypes.cast(self._check(), ctypes.c_void_p).value or 0
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes (kernel launches, copies, memsets, allocations, ...)."""
+        h = self._check()
+        n = ctypes.c_size_t()
+        st = _lib.get().cuGraphGetNodes(h, None, ctypes.byref(n))
+        if st:
+            raise_for(st, "cuGraphGetNodes")
+        return n.value
+
+    def instantiate(self, *, upload: bool = False, auto_free_on_launch: bool = False
+                    ) -> "GraphExec":
+        """Build an executable graph.
+
+        Parameters
+        ----------
+        upload : bool, default False
+            Upload the graph to the device at once (``CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD``)
+            rather than on its first replay.
+        auto_free_on_launch : bool, default False
+            Free memory allocated by the graph and not freed in it when the graph is launched
+            again (``CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH``).
+        """
+        h = self._check()
+        flags = (_lib.CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD if upload else 0) | (
+            _lib.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH if auto_free_on_launch else 0)
+        L = _lib.get()
+        L.cuCtxSetCurrent(self._device._ctx)
+        e = _lib.CUgraphExec()
+        st = L.cuGraphInstantiateWithFlags(ctypes.byref(e), h, flags)
+        if st:
+            raise_for(st, "cuGraphInstantiateWithFlags")
+        return GraphExec._make(e, self._device, set(self._modules))
+
+    def debug_dot(self, path) -> None:
+        """Write the graph in Graphviz DOT form to ``path`` (``cuGraphDebugDotPrint``)."""
+        import os
+
+        h = self._check()
+        st = _lib.get().cuGraphDebugDotPrint(h, os.fsencode(path), 0)
+        if st:
+            raise_for(st, "cuGraphDebugDotPrint", f"path {path!r}")
+
+    def close(self) -> None:
+        """Destroy the graph (executable graphs made from it remain usable). Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._modules = set()
+
+    def __enter__(self) -> "Graph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._capturing:
+            return f"<Graph on device {self._device.ordinal}, capturing>"
+        if self.closed:
+            return f"<Graph on device {self._device.ordinal}, closed>"
+        return f"<Graph on device {self._device.ordinal}: {self.num_nodes} nodes>"
+
+
+class GraphExec:
+    """An executable graph (``CUgraphExec``): :meth:`replay` it on any stream of its device."""
+
+    __slots__ = ("_h", "_device", "_finalizer", "_modules", "__weakref__")
+
+    def __init__(self):
+        raise TypeError("make executable graphs with Graph.instantiate()")
+
+    @classmethod
+    def _make(cls, h, device: Device, modules: set) -> "GraphExec":
+        L = _lib.get()
+        self = object.__new__(cls)
+        self._h = h
+        self._device = device
+        self._finalizer = weakref.finalize(self, _destroy, L.cuGraphExecDestroy,
+                                           L.cuCtxSetCurrent, device._ctx, h)
+        self._finalizer.atexit = False
+        self._modules = set()
+        self._pin(modules)
+        return self
+
+    def _pin(self, modules) -> None:
+        for m in modules:
+            m._pins.add(self)
+        self._modules |= set(modules)
+
+    def _check(self):
+        if not self._finalizer.alive:
+            raise ClosedError("executable graph is closed")
+        return self._h
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    @property
+    def handle(self) -> int:
+        """The raw ``CUgraphExec``."""
+        return ctypes.cast(self._check(), ctypes.c_void_p).value or 0
+
+    def replay(self, stream=None) -> None:
+        """Launch the whole graph on ``stream`` (the current stream by default)."""
+        h = self._check()
+        s = as_stream(stream, self._device)
+        st = _lib.get().cuGraphLaunch(h, s._h)
+        if st:
+            raise_for(st, "cuGraphLaunch")
+
+    launch = replay
+
+    def upload(self, stream=None) -> None:
+        """Upload the graph's work to the device ahead of the first replay."""
+        h = self._check()
+        s = as_stream(stream, self._device)
+        st = _lib.get().cuGraphUpload(h, s._h)
+        if st:
+            raise_for(st, "cuGraphUpload")
+
+    def update(self, graph: Graph) -> None:
+        """Take the parameters of ``graph`` (same topology, e.g. a capture of the same launches
+        with other arguments) without re-instantiating.
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`` with the reason (topology changed, a
+            kernel's function changed, ...): instantiate ``graph`` instead.
+        """
+        if not isinstance(graph, Graph):
+            raise TypeError(f"update takes a Graph, not {type(graph).__name__}")
+        h = self._check()
+        gh = graph._check()
+        if graph._device is not self._device:
+            raise ValueError(f"the graph is on device {graph._device.ordinal}, this executable "
+                             f"graph on device {self._device.ordinal}")
+        info = _lib.CUgraphExecUpdateResultInfo()
+        L = _lib.get()
+        L.cuCtxSetCurrent(self._device._ctx)
+        st = L.cuGraphExecUpdate_v2(h, gh, ctypes.byref(info))
+        if st:
+            why = _UPDATE_RESULTS.get(info.result, f"update result {info.result}")
+            raise_for(st, "cuGraphExecUpdate_v2", f"{why}; instantiate the new graph instead")
+        self._pin(graph._modules)
+
+    def close(self) -> None:
+        """Destroy the executable graph. Idempotent."""
+        self._finalizer()
+        for m in self._modules:
+            m._pins.discard(self)
+        self._modules = set()
+
+    def __enter__(self) -> "GraphExec":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = ", closed" if self.closed else ""
+        return f"<GraphExec on device {self._device.ordinal}{state}>"
+
+
+class capture:
+    """Capture the work queued on ``stream`` into a :class:`Graph`.
+
+    ``with capture(stream) as g:`` begins capturing on entry and ends on exit, after which
+    ``g`` is a complete :class:`Graph`.
+
+    Parameters
+    ----------
+    stream : Stream
+        A non-default stream (the legacy default stream cannot be captured).
+    mode : {"global", "thread_local", "relaxed"}, default "global"
+        Which potentially unsafe calls (synchronous allocation, ...) other threads may make
+        during the capture (``CUstreamCaptureMode``).
+
+    Raises
+    ------
+    ValueError
+        The default stream, or an unknown mode.
+    CudaError
+        The capture was invalidated (for example by a synchronising call on the stream):
+        ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`` at the end of the block.
+    """
+
+    __slots__ = ("_stream", "_mode", "_graph", "_sink")
+
+    def __init__(self, stream: Stream, mode: str = "global"):
+        if stream is None:
+            raise ValueError("capture needs an explicit non-default stream "
+                             "(cudalibs.Stream())")
+        s = as_stream(stream)
+        if s.is_default:
+            raise ValueError("the default stream cannot be captured: use a cudalibs.Stream()")
+        try:
+            self._mode = CAPTURE_MODES[mode]
+        except (KeyError, TypeError):
+            raise ValueError(f"mode must be one of {', '.join(CAPTURE_MODES)}, not {mode!r}") \
+                from None
+        self._stream = s
+        self._graph = None
+        self._sink = None
+
+    def __enter__(self) -> Graph:
+        if self._graph is not None:
+            raise CudaLibsError("this capture block was already used; call capture() again")
+        s = self._stream
+        dev = s._device if s._device is not None else as_device(None)
+        L = _lib.get()
+        L.cuCtxSetCurrent(dev._ctx)
+        st = L.cuStreamBeginCapture_v2(s._check(), self._mode)
+        if st:
+            raise_for(st, "cuStreamBeginCapture_v2")
+        self._graph = Graph._empty(dev)
+        self._sink = set()
+        _module._capture_sinks.append(self._sink)
+        return self._graph
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            _module._capture_sinks.remove(self._sink)
+        except ValueError:
+            pass
+        g = self._graph
+        h = _lib.CUgraph()
+        st = _lib.get().cuStreamEndCapture(self._stream._h, ctypes.byref(h))
+        if exc_type is not None:
+            # The block failed: discard whatever was captured and let its error through.
+            if not st and h:
+                _lib.get().cuGraphDestroy(h)
+            g._capturing = False
+            return None
+        if st:
+            g._capturing = False
+            raise_for(st, "cuStreamEndCapture",
+                      "a call during the capture invalidated it (a synchronisation, or work "
+                      "from another stream joined without an event)" if st == 901 else None)
+        g._adopt(h)
+        g._modules = self._sink
+

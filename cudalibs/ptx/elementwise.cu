@@ -1,0 +1,120 @@
+// Elementwise kernels: add, axpy, scale, fill, bias + ReLU / GELU, inference batch-norm + ReLU,
+// ReLU backward.  Flat, C-contiguous data; grid-stride loops with 64-bit indices, so any grid
+// covers any size.  Suffixes: f32, f64, f16 (IEEE half), bf16 (bfloat16).
+#include "common.cuh"
+
+// No __restrict__ in this file: in-place calls (out is x, axpy of y onto itself) are legal, and
+// these loops are bound by memory traffic, not by what aliasing analysis would buy.
+template <typename T>
+__device__ __forceinline__ void add_impl(const T* x, const T* y, T* out, u64 n) {
+    for (u64 i = global_thread(); i < n; i += grid_threads())
+        out[i] = store_acc<T>(to_acc(x[i]) + to_acc(y[i]));
+}
+
+// y += alpha * x, rounded once.
+template <typename T, typename A>
+__device__ __forceinline__ void axpy_impl(A alpha, const T* x, T* y, u64 n) {
+    for (u64 i = global_thread(); i < n; i += grid_threads())
+        y[i] = store_acc<T>(alpha * to_acc(x[i]) + to_acc(y[i]));
+}
+
+// out = alpha * x.
+template <typename T, typename A>
+__device__ __forceinline__ void scale_impl(const T* x, A alpha, T* out, u64 n) {
+    for (u64 i = global_thread(); i < n; i += grid_threads())
+        out[i] = store_acc<T>(alpha * to_acc(x[i]));
+}
+
+template <typename T>
+__device__ __forceinline__ void fill_impl(T* x, T value, u64 n) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) x[i] = value;
+}
+
+// grad * (act > 0): the gradient of ReLU given its output (or input: same sign).
+template <typename T>
+__device__ __forceinline__ void relu_backward_impl(const T* grad, const T* act, T* out, u64 n) {
+    typedef typename Acc<T>::type A;
+    for (u64 i = global_thread(); i < n; i += grid_threads())
+        out[i] = to_acc(act[i]) > A(0) ? grad[i] : store_acc<T>(A(0));
+}
+
+__device__ __forceinline__ float relu_f(float v) { return v > 0.0f ? v : 0.0f; }
+
+// GELU, tanh approximation: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+__device__ __forceinline__ float gelu_tanh_f(float v) {
+    const float k0 = 0.7978845608028654f;  // sqrt(2 / pi)
+    const float k1 = 0.044715f;
+    return 0.5f * v * (1.0f + tanhf(k0 * (v + k1 * v * v * v)));
+}
+
+// x is row-major (rows, features); bias has `features` elements.
+template <typename T, int ACT>
+__device__ __forceinline__ void bias_act_impl(const T* x, const T* bias, T* out,
+                                              u64 n, u64 features) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) {
+        float v = to_acc(x[i]) + to_acc(bias[i % features]);
+        out[i] = from_acc<T>(ACT == 0 ? relu_f(v) : gelu_tanh_f(v));
+    }
+}
+
+// Inference batch norm + ReLU on NCHW: channel of flat index i is (i / inner) % channels,
+// inner = H * W.  Per-channel parameters are float32 whatever the data type (as in cuDNN).
+template <typename T>
+__device__ __forceinline__ void bn_relu_impl(const T* x, const float* scale, const float* shift,
+                                             const float* mean, const float* var, float eps, T* out,
+                                             u64 n, u64 channels, u64 inner) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) {
+        u64 c = (i / inner) % channels;
+        float inv = 1.0f / sqrtf(var[c] + eps);
+        float v = (to_acc(x[i]) - mean[c]) * (inv * scale[c]) + shift[c];
+        out[i] = from_acc<T>(relu_f(v));
+    }
+}
+
+#define ELEMENTWISE(SUF, T, A)                                                                   \
+    extern "C" __global__ void add_##SUF(const T* x, const T* y, T* out, u64 n) {               \
+        add_impl<T>(x, y, out, n);                                                               \
+    }                                                                                            \
+    extern "C" __global__ void axpy_##SUF(A alpha, const T* x, T* y, u64 n) {                   \
+        axpy_impl<T, A>(alpha, x, y, n);                                                         \
+    }                                                                                            \
+    extern "C" __global__ void scale_##SUF(const T* x, A alpha, T* out, u64 n) {                \
+        scale_impl<T, A>(x, alpha, out, n);                                                      \
+    }                                                                                            \
+    extern "C" __global__ void relu_backward_##SUF(const T* grad, const T* act, T* out, u64 n) { \
+        relu_backward_impl<T>(grad, act, out, n);                                                \
+    }
+
+ELEMENTWISE(f32, float, float)
+ELEMENTWISE(f64, double, double)
+ELEMENTWISE(f16, __half, float)
+ELEMENTWISE(bf16, __nv_bfloat16, float)
+
+extern "C" __global__ void fill_f32(float* x, float value, u64 n) { fill_impl<float>(x, value, n); }
+extern "C" __global__ void fill_f64(double* x, double value, u64 n) { fill_impl<double>(x, value, n); }
+// 16-bit types take the value's bit pattern, so the host decides the rounding exactly.
+extern "C" __global__ void fill_f16(__half* x, u32 bits, u64 n) {
+    fill_impl<__half>(x, __ushort_as_half((unsigned short)bits), n);
+}
+extern "C" __global__ void fill_bf16(__nv_bfloat16* x, u32 bits, u64 n) {
+    fill_impl<__nv_bfloat16>(x, __ushort_as_bfloat16((unsigned short)bits), n);
+}
+
+#define BIAS_BN(SUF, T)                                                                          \
+    extern "C" __global__ void bias_relu_##SUF(const T* x, const T* bias, T* out, u64 n,        \
+                                                u64 features) {                                  \
+        bias_act_impl<T, 0>(x, bias, out, n, features);                                          \
+    }                                                                                            \
+    extern "C" __global__ void bias_gelu_##SUF(const T* x, const T* bias, T* out, u64 n,        \
+                                                u64 features) {                                  \
+        bias_act_impl<T, 1>(x, bias, out, n, features);                                          \
+    }                                                                                            \
+    extern "C" __global__ void batch_norm_relu_##SUF(                                            \
+        const T* x, const float* scale, const float* shift, const float* mean,                  \
+        const float* var, float eps, T* out, u64 n, u64 channels, u64 inner) {                  \
+        bn_relu_impl<T>(x, scale, shift, mean, var, eps, out, n, channels, inner);               \
+    }
+
+BIAS_BN(f32, float)
+BIAS_BN(f16, __half)
+BIAS_BN(bf16, __nv_bfloat16)

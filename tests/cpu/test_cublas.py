@@ -1,0 +1,463 @@
+"""cuBLAS / cuBLASLt bindings without a GPU.
+
+* the row-major -> column-major GEMM mapping (:func:`cudalibs.cublas.gemm_args`), checked by
+  running the column-major GEMM it describes on the raw host memory of every layout;
+* versioned prototype names (the ``_v2`` trap) and the tables' shape;
+* cuBLASLt layouts, descriptors and preferences created, set and read back on the real
+  library (these calls need no device);
+* dtype combinations, scalar conversion, epilogue names;
+* argument validation, which happens before any C call: exercised with arrays that point at
+  no real memory, on a device object that has no context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import itertools
+import math
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+
+import cudalibs
+from cudalibs import cublas
+from cudalibs import dtypes as _dtypes
+from cudalibs.cublas import _lib, lt
+from cudalibs.driver.array import DeviceArray
+from cudalibs.driver.device import Device
+
+# The module, not the function the package re-exports under the same name.
+gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+
+N_, T_ = _lib.CUBLAS_OP_N, _lib.CUBLAS_OP_T
+
+
+# -- a column-major GEMM on raw memory, as cuBLAS would run it --------------------------------
+def _colmajor(flat, rows, cols, ld):
+    """The column-major rows×cols matrix at the start of ``flat`` with leading dim ``ld``."""
+    it = flat.itemsize
+    if rows == 0 or cols == 0:
+        return np.zeros((rows, cols), flat.dtype)
+    return as_strided(flat, shape=(rows, cols), strides=(it, ld * it))
+
+
+def _op(x, op):
+    return x if op == N_ else x.T
+
+
+def _run_mapping(a, b, out_strides=None):
+    """Compute a @ b through the cuBLAS arguments gemm_args gives, on a's and b's memory."""
+    g = cublas.gemm_args(a.shape, a.strides, b.shape, b.strides,
+                         None if out_strides is None else out_strides, a.itemsize)
+    if g.copy_a:
+        a = np.ascontiguousarray(a)
+    if g.copy_b:
+        b = np.ascontiguousarray(b)
+    # cuBLAS's A is b, its B is a; both are read from the operand's first element.
+    A = _op(_colmajor(_base_flat(b), g.k if g.transa == T_ else g.m,
+                      g.m if g.transa == T_ else g.k, g.lda), g.transa)
+    B = _op(_colmajor(_base_flat(a), g.n if g.transb == T_ else g.k,
+                      g.k if g.transb == T_ else g.n, g.ldb), g.transb)
+    assert A.shape == (g.m, g.k) and B.shape == (g.k, g.n)
+    C = A.astype(np.float64) @ B.astype(np.float64)      # column-major m×n = N×M
+    # Write C with ldc into a flat buffer and read it back row-major (M, N) with row stride ldc.
+    M, N = g.n, g.m
+    buf = np.full(max(g.ldc * max(M - 1, 0) + N, 1), np.nan)
+    if M and N:
+        as_strided(buf, shape=(N, M), strides=(8, g.ldc * 8))[...] = C
+        return as_strided(buf, shape=(M, N), strides=(g.ldc * 8, 8)).copy(), g
+    return np.zeros((M, N)), g
+
+
+def _base_flat(x):
+    """A 1-D view of the memory starting at x's first element (x has non-negative strides)."""
+    if x.size == 0:
+        return np.zeros(1, x.dtype)
+    span = sum((n - 1) * s for n, s in zip(x.shape, x.strides)) // x.itemsize + 1
+    return as_strided(x, shape=(span,), strides=(x.itemsize,))
+
+
+def _layout(rng, shape, kind):
+    """An array of ``shape`` in one of several memory layouts."""
+    r, c = shape
+    if kind == "C":
+        return rng.standard_normal(shape).astype(np.float32)
+    if kind == "F":
+        return np.asfortranarray(rng.standard_normal(shape).astype(np.float32))
+    if kind == "C_padded":     # row stride longer than a row
+        return rng.standard_normal((r, c + 3)).astype(np.float32)[:, :c]
+    if kind == "F_padded":     # transposed view of a padded array
+        return rng.standard_normal((c, r + 5)).astype(np.float32)[:, :r].T
+    if kind == "both_strided":  # no unit stride: needs a copy
+        return rng.standard_normal((2 * r, 2 * c)).astype(np.float32)[::2, ::2]
+    if kind == "negative":
+        return rng.standard_normal(shape).astype(np.float32)[::-1]
+    raise AssertionError(kind)
+
+
+KINDS = ("C", "F", "C_padded", "F_padded", "both_strided", "negative")
+SIZES = [(1, 1, 1), (1, 5, 3), (4, 1, 6), (3, 4, 1), (7, 5, 3), (2, 9, 8)]
+
+
+@pytest.mark.parametrize("ka, kb", list(itertools.product(KINDS, KINDS)))
+def test_mapping_every_layout(ka, kb):
+    rng = np.random.default_rng(0)
+    for M, K, N in SIZES:
+        a = _layout(rng, (M, K), ka)
+        b = _layout(rng, (K, N), kb)
+        got, g = _run_mapping(a, b)
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-6, atol=1e-6,
+                                   err_msg=f"{ka} x {kb} M={M} K={K} N={N}: {g}")
+        # A copy is made exactly when no unit stride exists (or strides are negative).
+        needs = {"both_strided", "negative"}
+        if M > 1 and K > 1:
+            assert g.copy_a == (ka in needs), (ka, g)
+        if K > 1 and N > 1:
+            assert g.copy_b == (kb in needs), (kb, g)
+
+
+def test_mapping_transpose_flags():
+    a = np.zeros((6, 4), np.float32)
+    b = np.zeros((4, 5), np.float32)
+    g = cublas.gemm_args(a.shape, a.strides, b.shape, b.strides, None, 4)
+    assert (g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldc) == (N_, N_, 5, 6, 4, 5, 4, 5)
+    at = np.zeros((4, 6), np.float32).T       # a given as a transposed view
+    bt = np.zeros((5, 4), np.float32).T
+    g = cublas.gemm_args(at.shape, at.strides, bt.shape, bt.strides, None, 4)
+    assert (g.transa, g.transb, g.lda, g.ldb) == (T_, T_, 4, 6)
+    assert not (g.copy_a or g.copy_b)
+
+
+def test_mapping_out_with_row_stride():
+    a = np.ones((3, 2), np.float32)
+    b = np.ones((2, 4), np.float32)
+    padded = np.zeros((3, 7), np.float32)[:, :4]
+    got, g = _run_mapping(a, b, padded.strides)
+    assert g.ldc == 7
+    np.testing.assert_allclose(got, a @ b)
+
+
+@pytest.mark.parametrize("strides", [(4, 12), (8, 8), (4, -4)])
+def test_mapping_rejects_bad_out(strides):
+    with pytest.raises(ValueError, match="out"):
+        cublas.gemm_args((3, 2), (8, 4), (2, 3), (12, 4), strides, 4)
+
+
+def test_mapping_inner_dimension():
+    with pytest.raises(ValueError, match="inner dimensions"):
+        cublas.gemm_args((3, 2), (8, 4), (3, 3), (12, 4), None, 4)
+
+
+def test_mapping_zero_stride_is_copied():
+    b = np.broadcast_to(np.ones((1, 5), np.float32), (4, 5))
+    g = cublas.gemm_args((3, 4), (16, 4), b.shape, b.strides, None, 4)
+    assert g.copy_b
+
+
+# -- prototypes --------------------------------------------------------------------------------
+def test_versioned_names_are_bound():
+    names = {p.name for p in _lib.TABLE}
+    for n in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2",
+              "cublasSetPointerMode_v2", "cublasSgemv_v2", "cublasDgemv_v2"):
+        assert n in names
+    for n in ("cublasCreate", "cublasSetStream", "cublasSgemv", "cublasSetWorkspace"):
+        assert n not in names
+    assert {"cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasGemmBatchedEx"} <= names
+    lt_names = {p.name for p in _lib.LT_TABLE}
+    assert {"cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic"} <= lt_names
+
+
+def test_long_long_strides_and_int_sizes():
+    row = {p.name: p for p in _lib.TABLE}["cublasGemmStridedBatchedEx"]
+    assert row.argtypes[10] is ctypes.c_longlong and row.argtypes[3] is ctypes.c_int
+    lt_row = {p.name: p for p in _lib.LT_TABLE}["cublasLtMatmul"]
+    assert lt_row.argtypes[14] is ctypes.c_size_t
+
+
+def test_heuristic_result_struct():
+    assert ctypes.sizeof(_lib.cublasLtMatmulAlgo_t) == 64
+    assert ctypes.sizeof(_lib.cublasLtMatmulHeuristicResult_t) == 96
+
+
+def test_gemm_rows_bind():
+    L = _lib.get()
+    for name in ("cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasAxpyEx", "cublasNrm2Ex"):
+        assert L.has(name), name
+    assert _lib.get_lt().has("cublasLtMatmul")
+
+
+def test_versions():
+    major, minor, _ = cublas.version()
+    assert major >= 12
+    assert cublas.lt_version() // 10000 == major
+
+
+# -- cuBLASLt descriptors on the real library, no GPU --------------------------------------------
+def test_layout_round_trip():
+    with cublas.MatrixLayout(np.float32, 10, 20, 16, batch=3, batch_stride=400) as L:
+        assert (L.get("rows"), L.get("cols"), L.get("ld")) == (10, 20, 16)
+        assert L.get("batch_count") == 3 and L.get("strided_batch_offset") == 400
+        assert L.get("type") == _dtypes.CUDA_R["R_32F"]
+        assert L.get("order") == _lib.CUBLASLT_ORDER_COL
+        L.set("ld", 32)
+        assert L.get(_lib.CUBLASLT_MATRIX_LAYOUT_LD) == 32
+        assert "float32 10x20" in repr(L)
+    assert L.closed
+    L.close()                              # twice is harmless
+    with pytest.raises(cudalibs.ClosedError):
+        L.get("rows")
+
+
+def test_layout_row_order_and_types():
+    R = cublas.MatrixLayout(_dtypes.bfloat16, 4, 6, order="row")
+    assert R.get("order") == _lib.CUBLASLT_ORDER_ROW and R.get("ld") == 6
+    assert R.get("type") == _dtypes.CUDA_R["R_16BF"]
+    F8 = cublas.MatrixLayout(_dtypes.float8_e4m3fn, 16, 16)
+    assert F8.get("type") == _dtypes.CUDA_R["R_8F_E4M3"]
+    for x in (R, F8):
+        x.close()
+
+
+@pytest.mark.parametrize("kwargs", [dict(order="diag"), dict(ld=3), dict(batch=0)])
+def test_layout_bad_arguments(kwargs):
+    args = dict(dtype=np.float32, rows=4, cols=6)
+    args.update(kwargs)
+    with pytest.raises(ValueError):
+        cublas.MatrixLayout(**args)
+
+
+def test_layout_unknown_attribute():
+    with cublas.MatrixLayout(np.float32, 2, 2) as L:
+        with pytest.raises(ValueError, match="unknown"):
+            L.get("colour")
+
+
+def test_desc_round_trip():
+    C = _dtypes.COMPUTE
+    with cublas.MatmulDesc(C["COMPUTE_32F_FAST_TF32"], _dtypes.CUDA_R["R_32F"]) as D:
+        assert D.get("compute_type") == C["COMPUTE_32F_FAST_TF32"]
+        assert D.get("scale_type") == _dtypes.CUDA_R["R_32F"]
+        D.set("transa", T_)
+        D.set("epilogue", _lib.CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        D.set("bias_pointer", 0x7F0000001000)
+        D.set("bias_data_type", _dtypes.CUDA_R["R_16BF"])
+        D.set("epilogue_aux_ld", 64)
+        D.set("a_scale_pointer", 0x7F0000002000)
+        D.set("fast_accum", 1)
+        assert D.get("transa") == T_ and D.get("transb") == N_
+        assert D.get("epilogue") == _lib.CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+        assert D.get("bias_pointer") == 0x7F0000001000
+        assert D.get("bias_data_type") == _dtypes.CUDA_R["R_16BF"]
+        assert D.get("epilogue_aux_ld") == 64
+        assert D.get("a_scale_pointer") == 0x7F0000002000
+        assert D.get("fast_accum") == 1
+        D.set("bias_pointer", 0)
+        assert D.get("bias_pointer") == 0
+
+
+def test_preference_round_trip():
+    with cublas.MatmulPreference(1 << 20) as P:
+        assert P.get("max_workspace_bytes") == 1 << 20
+        P.set("min_alignment_b_bytes", 16)
+        assert P.get("min_alignment_b_bytes") == 16
+        assert "max_workspace=1048576" in repr(P)
+
+
+# -- dtypes, scalars, epilogues -------------------------------------------------------------------
+def test_combos():
+    f32 = np.dtype(np.float32)
+    assert gemm_mod._combo(f32, None, "tf32").compute == _dtypes.COMPUTE["COMPUTE_32F_FAST_TF32"]
+    c = gemm_mod._combo(np.dtype(np.float16), None, "f16")
+    assert c.compute == _dtypes.COMPUTE["COMPUTE_16F"] and c.scale == np.float16
+    c = gemm_mod._combo(np.dtype(np.int8), None, None)
+    assert c.c == np.int32 and c.compute == _dtypes.COMPUTE["COMPUTE_32I"]
+    assert gemm_mod._combo(_dtypes.bfloat16, None, None).scale == np.float32
+    with pytest.raises(ValueError, match="supported:.*int8 -> int32"):
+        gemm_mod._combo(np.dtype(np.int32), None, None)
+    with pytest.raises(ValueError, match="compute='tf32'"):
+        gemm_mod._combo(np.dtype(np.float64), None, "tf32")
+
+
+def test_scalars():
+    assert gemm_mod._scalar(2.5, np.dtype(np.float32), "alpha").value == 2.5
+    h = gemm_mod._scalar(1.5, np.dtype(np.float16), "alpha")
+    assert np.array(h.value, np.uint16).view(np.float16) == 1.5
+    z = gemm_mod._scalar(1 + 2j, np.dtype(np.complex64), "alpha")
+    assert (z[0], z[1]) == (1.0, 2.0)
+    assert gemm_mod._scalar(3, np.dtype(np.int32), "alpha").value == 3
+    for bad in (math.inf, math.nan, -math.inf):
+        with pytest.raises(ValueError, match="finite"):
+            gemm_mod._scalar(bad, np.dtype(np.float32), "alpha")
+    with pytest.raises(ValueError, match="finite"):
+        gemm_mod._scalar(complex(1, math.nan), np.dtype(np.complex128), "beta")
+    with pytest.raises(TypeError):
+        gemm_mod._scalar(1j, np.dtype(np.float32), "alpha")
+    with pytest.raises(ValueError, match="int32"):
+        gemm_mod._scalar(0.5, np.dtype(np.int32), "alpha")
+    with pytest.raises(ValueError, match="overflows"):
+        gemm_mod._scalar(1e6, np.dtype(np.float16), "alpha")
+    with pytest.raises(TypeError):
+        gemm_mod._scalar("1", np.dtype(np.float32), "alpha")
+
+
+@pytest.mark.parametrize("name, value", [
+    ("bias", _lib.CUBLASLT_EPILOGUE_BIAS), ("bias+relu", _lib.CUBLASLT_EPILOGUE_RELU_BIAS),
+    ("relu_bias", _lib.CUBLASLT_EPILOGUE_RELU_BIAS), ("gelu", _lib.CUBLASLT_EPILOGUE_GELU),
+    ("bias_gelu", _lib.CUBLASLT_EPILOGUE_GELU_BIAS),
+    ("gelu_aux_bias", _lib.CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
+    ("dgelu_bgrad", _lib.CUBLASLT_EPILOGUE_DGELU_BGRAD), (None, _lib.CUBLASLT_EPILOGUE_DEFAULT),
+])
+def test_epilogue_names(name, value):
+    assert lt._epilogue(name).value == value
+
+
+def test_epilogue_unknown():
+    with pytest.raises(ValueError, match="known"):
+        lt._epilogue("swish")
+
+
+def test_gemm_algos():
+    assert cublas.GEMM_ALGOS[0] == -1 and len(cublas.GEMM_ALGOS) == 1 + 24 + 1 + 16
+
+
+# -- validation before any C call ---------------------------------------------------------------
+def _fake_device(ordinal=0):
+    dev = object.__new__(Device)
+    dev._ordinal = ordinal
+    dev._ctx = None
+    return dev
+
+
+DEV0, DEV1 = _fake_device(0), _fake_device(1)
+
+
+def _arr(shape, dtype=np.float32, dev=DEV0, ptr=1 << 20, strides=None):
+    dt = _dtypes.lookup(dtype)
+    if strides is None:
+        strides, acc = [], dt.itemsize
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        strides = tuple(reversed(strides))
+    return DeviceArray._view(ptr, tuple(shape), tuple(strides), dt, dev, None, None)
+
+
+@pytest.fixture(autouse=True)
+def _no_library_calls(monkeypatch):
+    """Any C call reached by these tests is a bug: validation must come first."""
+    def boom(*a, **k):
+        raise AssertionError("a library call was reached before validation failed")
+
+    monkeypatch.setattr(gemm_mod, "cublas_handle", boom)
+    monkeypatch.setattr(gemm_mod, "empty", boom)
+    yield
+    gemm_mod.clear_algo_cache()
+
+
+@pytest.mark.parametrize("a, b, kwargs, match", [
+    (_arr((3, 4)), _arr((5, 2)), {}, "inner dimensions"),
+    (_arr((3, 4)), _arr((4, 2), np.float64), {}, "a is float32 but b is float64"),
+    (_arr((3, 4), np.int8), _arr((4, 2), np.int8), {}, "multiple of 4"),
+    (_arr((4, 4), np.int8), _arr((4, 3), np.int8), {}, "multiple of 4"),
+    (_arr((3, 4), np.int32), _arr((4, 2), np.int32), {}, "supported"),
+    (_arr((3, 4), np.uint8), _arr((4, 2), np.uint8), {}, "supported"),
+    (_arr((3, 4)), _arr((4, 2), dev=DEV1), {}, "device"),
+    (_arr((3, 4)), _arr((4, 2)), dict(out=_arr((3, 3))), "shape"),
+    (_arr((3, 4)), _arr((4, 2)), dict(out=_arr((3, 2), np.float64)), "float64"),
+    (_arr((3, 4)), _arr((4, 2)), dict(out=_arr((3, 2), strides=(4, 12))), "unit stride"),
+    (_arr((3, 4)), _arr((4, 2)), dict(alpha=math.nan), "finite"),
+    (_arr((3, 4)), _arr((4, 2)), dict(beta=math.inf, out=_arr((3, 2), ptr=1 << 30)), "finite"),
+    (_arr((3, 4)), _arr((4, 2)), dict(beta=1.0), "out must be given"),
+    (_arr((3, 4)), _arr((4, 2)), dict(compute="tf64"), "supported"),
+    (_arr((3, 4)), _arr((4, 2)), dict(algo=7.5), "algo"),
+    (_arr((4,)), _arr((4, 2)), {}, "gemv"),
+    (_arr((2, 2, 3, 4)), _arr((4, 2)), {}, "2-D"),
+])
+def test_gemm_rejects(a, b, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        cublas.gemm(a, b, **kwargs)
+
+
+def test_gemm_rejects_aliasing_out():
+    a = _arr((4, 4), ptr=1 << 20)
+    b = _arr((4, 4), ptr=1 << 24)
+    with pytest.raises(ValueError, match="overlaps"):
+        cublas.gemm(a, b, out=a)
+    inside = _arr((2, 2), ptr=(1 << 24) + 16, strides=(16, 4))
+    with pytest.raises(ValueError, match="overlaps"):
+        cublas.gemm(_arr((2, 4)), _arr((4, 2), ptr=1 << 24), out=inside)
+
+
+def test_gemm_rejects_host_arrays():
+    with pytest.raises(TypeError, match="to_device"):
+        cublas.gemm(np.ones((2, 2), np.float32), _arr((2, 2)))
+
+
+def test_gemm_rejects_3d_in_plain_gemm():
+    with pytest.raises(ValueError, match="gemm_strided_batched"):
+        cublas.gemm(_arr((2, 3, 4)), _arr((4, 2)))
+
+
+def test_strided_batched_rejects():
+    with pytest.raises(ValueError, match="broadcast"):
+        cublas.gemm_strided_batched(_arr((2, 3, 4)), _arr((3, 4, 2)))
+    out = _arr((2, 3, 2), ptr=1 << 30, strides=(0, 8, 4))
+    with pytest.raises(ValueError, match="batch stride"):
+        cublas.gemm_strided_batched(_arr((2, 3, 4)), _arr((2, 4, 2), ptr=1 << 24), out=out)
+
+
+def test_gemm_batched_rejects():
+    with pytest.raises(ValueError, match="equally long"):
+        cublas.gemm_batched([_arr((2, 2))], [])
+    with pytest.raises(ValueError, match="shape, strides and dtype"):
+        cublas.gemm_batched([_arr((2, 2)), _arr((3, 2))], [_arr((2, 2)), _arr((2, 2))])
+
+
+def test_level1_rejects():
+    with pytest.raises(ValueError, match="1-D"):
+        cublas.axpy(1.0, _arr((2, 2)), _arr((2, 2)))
+    with pytest.raises(ValueError, match="shape"):
+        cublas.axpy(1.0, _arr((3,)), _arr((4,)))
+    with pytest.raises(ValueError, match="level 1"):
+        cublas.scal(2, _arr((3,), np.int32))
+    with pytest.raises(ValueError, match="gemv takes"):
+        cublas.gemv(_arr((3, 3), np.float16), _arr((3,), np.float16))
+    with pytest.raises(ValueError, match=r"\(4,\)"):
+        cublas.gemv(_arr((3, 4)), _arr((3,)))
+
+
+def test_lt_rejects_before_planning():
+    with pytest.raises(ValueError, match="inner dimensions"):
+        cublas.Matmul(((3, 4), np.float32), ((5, 2), np.float32), device=DEV0)
+    with pytest.raises(ValueError, match="unknown epilogue"):
+        cublas.Matmul(((3, 4), np.float32), ((4, 2), np.float32), epilogue="tanh",
+                      device=DEV0)
+    with pytest.raises(ValueError, match="one input type"):
+        cublas.Matmul(((3, 4), np.float32), ((4, 2), np.float16), device=DEV0)
+    with pytest.raises(ValueError, match="cublas.gemm"):
+        cublas.Matmul(((3, 4), np.int8), ((4, 2), np.int8), device=DEV0)
+    with pytest.raises(ValueError, match="unit stride"):
+        cublas.Matmul(((3, 4), np.float32, (32, 8)), ((4, 2), np.float32), device=DEV0)
+    with pytest.raises(ValueError, match="aux_ld"):
+        cublas.Matmul(((3, 4), np.float32), ((4, 2), np.float32), aux_ld=64, device=DEV0)
+
+
+def test_lt_fp8_needs_new_devices():
+    old = _fake_device(0)
+    old._cc = (8, 0)
+    with pytest.raises(ValueError, match="8.9"):
+        cublas.Matmul(((16, 32), _dtypes.float8_e4m3fn), ((32, 16), _dtypes.float8_e4m3fn,
+                      (1, 32)), device=old)
+    new = _fake_device(0)
+    new._cc = (9, 0)
+    with pytest.raises(ValueError, match="TN"):
+        cublas.Matmul(((16, 32), _dtypes.float8_e4m3fn), ((32, 16), _dtypes.float8_e4m3fn),
+                      device=new)
+    with pytest.raises(ValueError, match="e5m2 x e5m2"):
+        cublas.Matmul(((16, 32), _dtypes.float8_e5m2), ((32, 16), _dtypes.float8_e5m2,
+                      (1, 32)), device=new)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        cublas.Matmul(((16, 24), _dtypes.float8_e4m3fn), ((24, 16), _dtypes.float8_e4m3fn,
+                      (1, 24)), device=new)

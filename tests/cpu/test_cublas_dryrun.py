@@ -1,0 +1,282 @@
+"""cuBLAS / cuBLASLt wrappers run end to end against recording fakes of the C calls.
+
+No GPU here, so the device-facing calls (``cublasGemmEx``, ``cublasLtMatmul``, the heuristic,
+the driver's context switch) are replaced by Python recorders; the cuBLASLt descriptors are
+the real library's (they need no device).  This checks what each wrapper *passes*: operand
+order after the row-major swap, transposes, leading dimensions, batch strides, the pointers
+written into the matmul descriptor, and that a repeated call reuses its prepared plan.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+
+import numpy as np
+import pytest
+
+from cudalibs import cublas
+from cudalibs import dtypes as _dtypes
+from cudalibs.cublas import _lib, handle as handle_mod
+from cudalibs.driver import _lib as drv_lib
+from cudalibs.driver._handles import Handle
+from cudalibs.driver.array import DeviceArray
+from cudalibs.driver.device import Device
+
+gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+lt_mod = importlib.import_module("cudalibs.cublas.lt")
+N_, T_ = _lib.CUBLAS_OP_N, _lib.CUBLAS_OP_T
+
+
+class _Recorder:
+    def __init__(self, status=0):
+        self.calls = []
+        self.status = status
+
+    def __call__(self, *args):
+        self.calls.append(args)
+        return self.status
+
+
+class _FakeBlas:
+    def __init__(self):
+        self.cublasGemmEx = _Recorder()
+        self.cublasGemmStridedBatchedEx = _Recorder()
+        self.cublasSetStream_v2 = _Recorder()
+        self.cublasSetWorkspace_v2 = _Recorder()
+
+
+class _FakeLt:
+    """The real cuBLASLt for descriptors; recorders for the calls that need a device."""
+
+    def __init__(self, real):
+        self._real = real
+        self.cublasLtMatmul = _Recorder()
+        self.heuristic_calls = 0
+
+    def cublasLtMatmulAlgoGetHeuristic(self, h, desc, la, lb, lc, ld, pref, k, results, count):
+        self.heuristic_calls += 1
+        n = min(k, 3)
+        for i in range(n):
+            results[i].state = 0
+            results[i].workspaceSize = 1024 * i
+            results[i].wavesCount = 1.0
+        count._obj.value = n
+        return 0
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _FakeDriver:
+    def cuCtxSetCurrent(self, ctx):
+        return 0
+
+
+@pytest.fixture()
+def fakes(monkeypatch):
+    dev = object.__new__(Device)
+    dev._ordinal = 0
+    dev._ctx = None
+    dev._cc = (9, 0)
+    blas = _FakeBlas()
+    lt = _FakeLt(_lib.get_lt())
+    monkeypatch.setattr(_lib, "get", lambda: blas)
+    monkeypatch.setattr(_lib, "get_lt", lambda: lt)
+    monkeypatch.setattr(drv_lib, "get", lambda: _FakeDriver())
+    h = Handle(_lib.cublasHandle_t(), dev, None)
+    h.stream = 0
+    monkeypatch.setattr(handle_mod._cublas_handles._local, "handles", {0: h}, raising=False)
+    monkeypatch.setattr(lt_mod, "lt_handle", lambda d: _lib.cublasLtHandle_t())
+    monkeypatch.setattr(lt_mod, "workspace", lambda d, s: 0x5000_0000)
+    gemm_mod.clear_algo_cache()
+    lt_mod.clear_plan_cache()
+    yield dev, blas, lt
+    gemm_mod.clear_algo_cache()
+    lt_mod.clear_plan_cache()
+
+
+_next = [1 << 32]
+
+
+def _arr(dev, shape, dtype=np.float32, strides=None, ptr=None):
+    dt = _dtypes.lookup(dtype)
+    if strides is None:
+        strides, acc = [], dt.itemsize
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        strides = tuple(reversed(strides))
+    if ptr is None:
+        ptr = _next[0]
+        _next[0] += 1 << 24
+    return DeviceArray._view(ptr, tuple(shape), tuple(strides), dt, dev, None, None)
+
+
+def test_gemm_passes_swapped_operands(fakes):
+    dev, blas, _ = fakes
+    a, b, out = _arr(dev, (6, 4)), _arr(dev, (4, 5)), _arr(dev, (6, 5))
+    assert cublas.gemm(a, b, out) is out
+    (call,) = blas.cublasGemmEx.calls
+    (_, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, comp, algo) = call
+    assert (ta, tb, m, n, k, lda, ldb, ldc) == (N_, N_, 5, 6, 4, 5, 4, 5)
+    assert (A, B, C) == (b.ptr, a.ptr, out.ptr)
+    assert at == bt == ct == _dtypes.CUDA_R["R_32F"]
+    assert comp == _dtypes.COMPUTE["COMPUTE_32F"] and algo == _lib.CUBLAS_GEMM_DEFAULT
+    assert ctypes.c_float.from_address(alpha).value == 1.0
+    assert ctypes.c_float.from_address(beta).value == 0.0
+
+
+def test_gemm_transposed_views_and_tf32(fakes):
+    dev, blas, _ = fakes
+    a = _arr(dev, (4, 6)).T                        # (6, 4), F-ordered
+    b = _arr(dev, (5, 4)).T                        # (4, 5), F-ordered
+    out = _arr(dev, (6, 8))[:, :5]                 # row stride 8
+    cublas.gemm(a, b, out, alpha=0.5, beta=2.0, compute="tf32")
+    call = blas.cublasGemmEx.calls[-1]
+    assert call[1:6] == (T_, T_, 5, 6, 4)
+    assert (call[9], call[12], call[16]) == (4, 6, 8)
+    assert call[17] == _dtypes.COMPUTE["COMPUTE_32F_FAST_TF32"]
+    assert ctypes.c_float.from_address(call[6]).value == 0.5
+    assert ctypes.c_float.from_address(call[13]).value == 2.0
+
+
+def test_gemm_reuses_plan(fakes):
+    dev, blas, _ = fakes
+    a, b, out = _arr(dev, (8, 8)), _arr(dev, (8, 8)), _arr(dev, (8, 8))
+    for _ in range(3):
+        cublas.gemm(a, b, out)
+    assert len(blas.cublasGemmEx.calls) == 3
+    assert sum(1 for p in gemm_mod._plans.values() if p.args.m == 8) == 1
+
+
+def test_gemm_int8_and_complex(fakes):
+    dev, blas, _ = fakes
+    a, b = _arr(dev, (4, 8), np.int8), _arr(dev, (8, 12), np.int8)
+    out = _arr(dev, (4, 12), np.int32)
+    cublas.gemm(a, b, out, alpha=2)
+    call = blas.cublasGemmEx.calls[-1]
+    assert (call[8], call[15], call[17]) == (_dtypes.CUDA_R["R_8I"], _dtypes.CUDA_R["R_32I"],
+                                             _dtypes.COMPUTE["COMPUTE_32I"])
+    assert ctypes.c_int32.from_address(call[6]).value == 2
+    z = _arr(dev, (3, 3), np.complex64)
+    cublas.gemm(z, z, _arr(dev, (3, 3), np.complex64), alpha=1 - 2j)
+    call = blas.cublasGemmEx.calls[-1]
+    assert (ctypes.c_float * 2).from_address(call[6])[:] == [1.0, -2.0]
+
+
+def test_strided_batched_broadcast(fakes):
+    dev, blas, _ = fakes
+    a = _arr(dev, (7, 6, 4))
+    w = _arr(dev, (4, 5))
+    out = _arr(dev, (7, 6, 5))
+    cublas.gemm_strided_batched(a, w, out)
+    (call,) = blas.cublasGemmStridedBatchedEx.calls
+    # (h, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC, batch..)
+    assert call[1:6] == (N_, N_, 5, 6, 4)
+    assert (call[7], call[10]) == (w.ptr, 0)           # b broadcast: stride 0
+    assert (call[11], call[14]) == (a.ptr, 24)         # a: 6*4 elements apart
+    assert (call[16], call[19], call[20]) == (out.ptr, 30, 7)
+
+
+def test_stream_change_rebinds_handle_and_workspace(fakes, monkeypatch):
+    dev, blas, _ = fakes
+    h = handle_mod._cublas_handles._local.handles[0]
+    h._set_stream = lambda raw, s: blas.cublasSetStream_v2(raw, s)
+    monkeypatch.setattr(handle_mod, "workspace", lambda d, s: 0x6000_0000 + s)
+    from cudalibs.driver.stream import Stream
+
+    other = Stream._wrap(0x1234, dev, None)
+    a, out = _arr(dev, (4, 4)), _arr(dev, (4, 4))
+    cublas.gemm(a, a.T, out)
+    assert blas.cublasSetStream_v2.calls == []         # already on the legacy stream
+    cublas.gemm(a, a.T, out, stream=other)
+    cublas.gemm(a, a.T, out, stream=other)
+    assert [c[1] for c in blas.cublasSetStream_v2.calls] == [0x1234]
+    ((_, ws, size),) = blas.cublasSetWorkspace_v2.calls
+    assert ws == 0x6000_0000 + 0x1234 and size == handle_mod.WORKSPACE_BYTES
+
+
+def test_lt_plan_and_execute(fakes):
+    dev, _, lt = fakes
+    a, b = _arr(dev, (6, 4)), _arr(dev, (5, 4)).T      # b = w.T, column-major
+    bias = _arr(dev, (5,))
+    plan = cublas.Matmul(a, b, epilogue="bias_gelu")
+    assert lt.heuristic_calls == 1 and len(plan.candidates) == 3
+    desc = plan._desc
+    assert desc.get("transa") == T_ and desc.get("transb") == N_
+    assert desc.get("epilogue") == _lib.CUBLASLT_EPILOGUE_GELU_BIAS
+    assert desc.get("bias_data_type") == _dtypes.CUDA_R["R_32F"]
+    la, lb, lc = plan._layouts
+    assert (la.rows, la.cols, la.ld) == (4, 5, 4)        # w stored K x N column-major
+    assert (lb.rows, lb.cols, lb.ld) == (4, 6, 4)        # a: K x M column-major
+    assert (lc.rows, lc.cols, lc.ld) == (5, 6, 5)        # D: N x M
+    out = _arr(dev, (6, 5))
+    assert plan.execute(a, b, out=out, bias=bias) is out
+    (call,) = lt.cublasLtMatmul.calls
+    assert (call[3], call[5], call[8], call[10]) == (b.ptr, a.ptr, out.ptr, out.ptr)
+    assert call[13] == 0x5000_0000 and call[14] == handle_mod.WORKSPACE_BYTES
+    assert desc.get("bias_pointer") == bias.ptr
+    plan.select(2)
+    plan.execute(a, b, out=out, bias=bias)
+    assert len(lt.cublasLtMatmul.calls) == 2
+    plan.free()
+    with pytest.raises(Exception, match="freed"):
+        plan.execute(a, b, out=out, bias=bias)
+
+
+def test_lt_aux_and_batch_attributes(fakes):
+    dev, _, lt = fakes
+    plan = cublas.Matmul(((3, 10, 16), np.float16), ((16, 20), np.float16),
+                         epilogue="gelu_aux_bias", device=dev)
+    assert plan.aux_shape == (3, 10, 24)
+    assert plan._desc.get("epilogue_aux_ld") == 24
+    assert plan._desc.get("epilogue_aux_batch_stride") == 240
+    la, lb, lc = plan._layouts
+    assert (la.batch, la.batch_stride, lb.batch_stride, lc.batch_stride) == (3, 0, 160, 200)
+    relu = cublas.Matmul(((10, 16), np.float16), ((16, 20), np.float16),
+                         epilogue="relu_aux", device=dev)
+    assert relu.aux_shape == (10, 16) and relu._desc.get("epilogue_aux_ld") == 128
+    for p in (plan, relu):
+        p.free()
+
+
+def test_lt_fp8_scales_swap(fakes):
+    dev, _, lt = fakes
+    e4 = _dtypes.float8_e4m3fn
+    a = _arr(dev, (32, 64), e4)
+    w = _arr(dev, (48, 64), e4)
+    sa, sb = _arr(dev, (1,)), _arr(dev, (1,))
+    out = cublas.matmul(a, w.T, a_scale=sa, b_scale=sb, out=_arr(dev, (32, 48),
+                                                                  _dtypes.bfloat16))
+    assert out.dtype == _dtypes.bfloat16
+    (plan,) = cublas.plan_cache().values()
+    # cuBLASLt's A is our b: its A scale is b's.
+    assert plan._desc.get("a_scale_pointer") == sb.ptr
+    assert plan._desc.get("b_scale_pointer") == sa.ptr
+    assert plan._desc.get("transa") == T_ and plan._desc.get("transb") == N_
+
+
+def test_matmul_caches_plans(fakes):
+    dev, _, lt = fakes
+    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
+    for _ in range(4):
+        cublas.matmul(a, b, out=_arr(dev, (8, 8)), epilogue="relu")
+    assert lt.heuristic_calls == 1 and len(lt.cublasLtMatmul.calls) == 4
+
+
+def test_lt_execute_validates(fakes):
+    dev, _, _ = fakes
+    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
+    plan = cublas.Matmul(a, b, epilogue="bias")
+    with pytest.raises(ValueError, match="needs bias"):
+        plan.execute(a, b, out=_arr(dev, (8, 8)))
+    with pytest.raises(ValueError, match="plan was made"):
+        plan.execute(b, b, out=_arr(dev, (8, 8)))
+    with pytest.raises(ValueError, match="strides"):
+        plan.execute(a, b, out=_arr(dev, (8, 16))[:, :8], bias=_arr(dev, (8,)))
+    with pytest.raises(ValueError, match="aligned"):
+        plan.execute(a, b, out=_arr(dev, (8, 8)), bias=_arr(dev, (8,), ptr=(1 << 40) + 4))
+    with pytest.raises(ValueError, match="same memory"):
+        plan.execute(a, b, out=_arr(dev, (8, 8), ptr=a.ptr), bias=_arr(dev, (8,)))
+    plan.free()

@@ -1,0 +1,267 @@
+"""cuDNN convolution against the float64 numpy references: forward, backward data/filter/bias,
+fused conv+bias+activation, both layouts, 2-D and 3-D, algorithm choice and plan caching."""
+
+import ctypes
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+import cudalibs as cl
+from cudalibs import cudnn
+from cudalibs import testing as T
+from cudalibs.testing import ref
+
+from ._helpers import FLOATS, GPU, is_channels_last, poisoned, rand
+
+
+@st.composite
+def conv_problems(draw, nsp=2):
+    g = draw(st.integers(1, 2))
+    c, k = g * draw(st.integers(1, 3)), g * draw(st.integers(1, 3))
+    n = draw(st.integers(1, 3))
+    x, w, pad, stride, dil = [n, c], [k, c // g], [], [], []
+    for _ in range(nsp):
+        r, d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        p, s = draw(st.integers(0, 2)), draw(st.integers(1, 2))
+        ext = d * (r - 1) + 1
+        x.append(draw(st.integers(max(1, ext - 2 * p), ext + 6)))
+        w.append(r)
+        pad.append(p)
+        stride.append(s)
+        dil.append(d)
+    return dict(x=tuple(x), w=tuple(w), padding=tuple(pad), stride=tuple(stride),
+                dilation=tuple(dil), groups=g)
+
+
+def _params(p):
+    return dict(stride=p["stride"], padding=p["padding"], dilation=p["dilation"],
+                groups=p["groups"])
+
+
+def _plan_note(op):
+    plans = [v for k, v in cudnn.algo_cache().items() if k[0] == op]
+    return repr(plans[-1]) if plans else "no plan"
+
+
+@GPU
+@given(p=conv_problems(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       algo=st.sampled_from(["find", "heuristic"]), seed=st.integers(0, 2**31))
+def test_conv_forward(device, p, dtype, cl_, algo, seed):
+    rng = np.random.default_rng(seed)
+    xh, x = rand(p["x"], dtype, rng, cl_)
+    wh, w = rand(p["w"], dtype, rng, cl_)
+    bh, b = rand((p["w"][0],), dtype, rng)
+    yshape = ref.conv_output_shape(p["x"], p["w"], p["stride"], p["padding"], p["dilation"])
+    out = poisoned(yshape, xh.dtype, cl_)
+    note(f"{p} {dtype} channels_last={cl_} {algo}")
+    y = cudnn.conv_forward(x, w, bias=b, algo=algo, out=out, **_params(p))
+    assert y is out
+    want = ref.conv_forward(xh, wh, bias=bh, **_params(p))
+    T.assert_close(y, want, dtype, msg=_plan_note("forward"))
+    # a new output is allocated in the input's layout
+    y2 = cudnn.conv_forward(x, w, algo=algo, **_params(p))
+    assert y2.shape == yshape and y2.dtype == xh.dtype
+    if cl_:
+        assert is_channels_last(y2)
+    T.assert_close(y2, ref.conv_forward(xh, wh, **_params(p)), dtype, msg=_plan_note("forward"))
+
+
+@GPU
+@given(p=conv_problems(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_conv_backward_data(device, p, dtype, cl_, seed):
+    rng = np.random.default_rng(seed)
+    yshape = ref.conv_output_shape(p["x"], p["w"], p["stride"], p["padding"], p["dilation"])
+    dyh, dy = rand(yshape, dtype, rng, cl_)
+    wh, w = rand(p["w"], dtype, rng, cl_)
+    out = poisoned(p["x"], dyh.dtype, cl_)
+    note(f"{p} {dtype} channels_last={cl_}")
+    dx = cudnn.conv_backward_data(dy, w, out=out, **_params(p))
+    want = ref.conv_backward_data(dyh, wh, p["x"], **_params(p))
+    T.assert_close(dx, want, dtype, msg=_plan_note("backward_data"))
+
+
+@GPU
+@given(p=conv_problems(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       det=st.booleans(), seed=st.integers(0, 2**31))
+def test_conv_backward_filter(device, p, dtype, cl_, det, seed):
+    rng = np.random.default_rng(seed)
+    yshape = ref.conv_output_shape(p["x"], p["w"], p["stride"], p["padding"], p["dilation"])
+    xh, x = rand(p["x"], dtype, rng, cl_)
+    dyh, dy = rand(yshape, dtype, rng, cl_)
+    out = poisoned(p["w"], xh.dtype, cl_)
+    note(f"{p} {dtype} channels_last={cl_} deterministic={det}")
+    dw = cudnn.conv_backward_filter(x, dy, out=out, deterministic=det, **_params(p))
+    want = ref.conv_backward_filter(xh, dyh, p["w"], **_params(p))
+    T.assert_close(dw, want, dtype, msg=_plan_note("backward_filter"))
+    if det:
+        plan = [v for k, v in cudnn.algo_cache().items()
+                if k[0] == "backward_filter" and k[13] is True][-1]
+        assert plan.deterministic and plan.algo not in (0, 3)
+
+
+@GPU
+@given(p=conv_problems(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_conv_backward_bias(device, p, dtype, cl_, seed):
+    rng = np.random.default_rng(seed)
+    yshape = ref.conv_output_shape(p["x"], p["w"], p["stride"], p["padding"], p["dilation"])
+    dyh, dy = rand(yshape, dtype, rng, cl_)
+    out = poisoned((yshape[1],), dyh.dtype)
+    db = cudnn.conv_backward_bias(dy, out=out)
+    T.assert_close(db, ref.conv_backward_bias(dyh), dtype)
+
+
+@GPU
+@given(p=conv_problems(nsp=3), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_conv3d_forward_and_backward(device, p, dtype, cl_, seed):
+    rng = np.random.default_rng(seed)
+    xh, x = rand(p["x"], dtype, rng, cl_)
+    wh, w = rand(p["w"], dtype, rng, cl_)
+    note(f"{p} {dtype} channels_last={cl_}")
+    y = cudnn.conv_forward(x, w, **_params(p))
+    T.assert_close(y, ref.conv_forward(xh, wh, **_params(p)), dtype, msg=_plan_note("forward"))
+    dyh, dy = rand(y.shape, dtype, rng, cl_)
+    dx = cudnn.conv_backward_data(dy, w, p["x"], **_params(p))
+    T.assert_close(dx, ref.conv_backward_data(dyh, wh, p["x"], **_params(p)), dtype,
+                   msg=_plan_note("backward_data"))
+    dw = cudnn.conv_backward_filter(x, dy, p["w"], **_params(p))
+    T.assert_close(dw, ref.conv_backward_filter(xh, dyh, p["w"], **_params(p)), dtype,
+                   msg=_plan_note("backward_filter"))
+
+
+@GPU
+@given(p=conv_problems(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       act=st.sampled_from(["relu", "identity"]), with_z=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_conv_bias_act_equals_composition(device, p, dtype, cl_, act, with_z, seed):
+    rng = np.random.default_rng(seed)
+    xh, x = rand(p["x"], dtype, rng, cl_)
+    wh, w = rand(p["w"], dtype, rng, cl_)
+    bh, b = rand((p["w"][0],), dtype, rng)
+    yshape = ref.conv_output_shape(p["x"], p["w"], p["stride"], p["padding"], p["dilation"])
+    zh, z = rand(yshape, dtype, rng, cl_) if with_z else (None, None)
+    out = poisoned(yshape, xh.dtype, cl_)
+    note(f"{p} {dtype} channels_last={cl_} {act} z={with_z}")
+    y = cudnn.conv_bias_act(x, w, b, activation=act, z=z, alpha2=0.5, out=out, **_params(p))
+    pre = ref.conv_forward(xh, wh, bias=bh, **_params(p))
+    if with_z:
+        pre = pre + 0.5 * zh.astype(np.float64)
+    want = ref.activation(pre, act)
+    T.assert_close(y, want, dtype, msg=_plan_note("fused"))
+    # the three-step composition with our own primitives agrees too
+    y3 = cudnn.conv_forward(x, w, bias=b, **_params(p))
+    if with_z:
+        cudnn.add_tensor(z, y3, alpha=0.5, beta=1.0)
+    y3 = cudnn.activation_forward(y3, act)
+    T.assert_close(y, y3.get().astype(np.float64), dtype)
+
+
+def test_conv_float64(device, rng):
+    xh, x = rand((2, 3, 7, 6), "float64", rng)
+    wh, w = rand((4, 3, 3, 2), "float64", rng)
+    y = cudnn.conv_forward(x, w, padding=1)
+    T.assert_close(y, ref.conv_forward(xh, wh, padding=1), np.float64)
+
+
+def test_tf32_math_is_opt_in(device, rng):
+    xh, x = rand((4, 16, 12, 12), "float32", rng)
+    wh, w = rand((16, 16, 3, 3), "float32", rng)
+    want = ref.conv_forward(xh, wh, padding=1)
+    y = cudnn.conv_forward(x, w, padding=1, math="tf32")
+    T.assert_close(y, want, np.float32, compute="tf32")
+    y = cudnn.conv_forward(x, w, padding=1)
+    T.assert_close(y, want, np.float32, msg=_plan_note("forward"))
+
+
+def test_plan_is_cached_and_find_never_touches_out(device, rng):
+    cudnn.clear_algo_cache()
+    xh, x = rand((2, 4, 9, 9), "float32", rng)
+    wh, w = rand((8, 4, 3, 3), "float32", rng)
+    oh, out = rand((2, 8, 9, 9), "float32", rng)
+    # beta=1 on the first call: if the algorithm search wrote into out, the sum would be wrong
+    cudnn.conv_forward(x, w, padding=1, out=out, beta=1.0)
+    T.assert_close(out, ref.conv_forward(xh, wh, padding=1) + oh, np.float32)
+    plans = dict(cudnn.algo_cache())
+    assert len(plans) == 1
+    (plan,) = plans.values()
+    assert plan.op == "forward" and plan.source == "find" and "ConvPlan" in repr(plan)
+    n_desc = cudnn.descriptor_cache_size()
+    for _ in range(3):
+        cudnn.conv_forward(x, w, padding=1, out=out)
+    assert dict(cudnn.algo_cache()) == plans and list(cudnn.algo_cache().values())[0] is plan
+    assert cudnn.descriptor_cache_size() == n_desc
+    T.assert_close(out, ref.conv_forward(xh, wh, padding=1), np.float32)
+
+
+def test_workspace_limit_and_explicit_algorithms(device, rng):
+    xh, x = rand((2, 8, 16, 16), "float16", rng, True)
+    wh, w = rand((8, 8, 3, 3), "float16", rng, True)
+    want = ref.conv_forward(xh, wh, padding=1)
+    y = cudnn.conv_forward(x, w, padding=1, workspace_limit=0)
+    T.assert_close(y, want, np.float16)
+    plan = [v for k, v in cudnn.algo_cache().items() if k[14] == 0][-1]
+    assert plan.workspace_size == 0
+    for algo in ("implicit_precomp_gemm", "heuristic", 1):
+        T.assert_close(cudnn.conv_forward(x, w, padding=1, algo=algo), want, np.float16)
+    assert cudnn.workspace_bytes(device) >= 0
+
+
+def test_stream_argument(device, rng):
+    xh, x = rand((2, 3, 8, 8), "float32", rng)
+    wh, w = rand((4, 3, 3, 3), "float32", rng)
+    with cl.Stream(device) as s:
+        y = cudnn.conv_forward(x, w, padding=1, stream=s)
+        s.sync()
+    T.assert_close(y, ref.conv_forward(xh, wh, padding=1), np.float32)
+    y = cudnn.conv_forward(x, w, padding=1)  # back on the default stream: handle rebinds
+    T.assert_close(y, ref.conv_forward(xh, wh, padding=1), np.float32)
+
+
+def test_bad_input_on_gpu(device, rng):
+    _, x = rand((2, 4, 8, 8), "float32", rng)
+    _, w = rand((6, 4, 3, 3), "float32", rng)
+    with pytest.raises(ValueError, match="shape"):
+        cudnn.conv_forward(x, w, out=cl.empty((2, 6, 8, 8), np.float32))
+    with pytest.raises(TypeError, match="dtype"):
+        cudnn.conv_forward(x, w, out=cl.empty((2, 6, 6, 6), np.float16))
+    with pytest.raises(ValueError, match="layout"):
+        cudnn.conv_forward(x, w, out=poisoned((2, 6, 6, 6), np.float32, True))
+    with pytest.raises(ValueError, match="bias"):
+        cudnn.conv_forward(x, w, bias=cl.empty((5,), np.float32))
+    with pytest.raises(ValueError, match="neither packed"):
+        cudnn.conv_forward(x[:, :, ::2], w)
+    with pytest.raises((cudnn.NoAlgorithmError, cl.CudnnError)):  # too big, or unsupported
+        cudnn.conv_forward(x, w, algo="fft", workspace_limit=0)
+    x.close()
+    with pytest.raises(cl.ClosedError):
+        cudnn.conv_forward(x, w)
+
+
+def test_threads_get_their_own_handle(device, rng):
+    import threading
+
+    from cudalibs.cudnn import handle
+
+    xh, x = rand((2, 3, 8, 8), "float32", rng)
+    wh, w = rand((4, 3, 3, 3), "float32", rng)
+    want = ref.conv_forward(xh, wh, padding=1)
+    results, handles = [], []
+
+    def work():
+        with cl.Stream(device) as s:
+            results.append(cudnn.conv_forward(x, w, padding=1, stream=s).get(stream=s))
+            handles.append(ctypes.cast(handle.handle_for(device, s.handle).raw, ctypes.c_void_p).value)
+
+    ts = [threading.Thread(target=work) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(results) == 3
+    for r in results:
+        T.assert_close(r, want, np.float32)
+    assert len(set(handles)) == 3

@@ -1,0 +1,217 @@
+"""cuDNN batch-norm, pooling, activations, softmax and add_tensor against numpy float64."""
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+import cudalibs as cl
+from cudalibs import cudnn
+from cudalibs import testing as T
+from cudalibs.testing import ref
+
+from ._helpers import FLOATS, GPU, is_channels_last, poisoned, rand
+
+
+@st.composite
+def nd_shapes(draw, min_dims=4, max_dims=5, max_side=6):
+    nd = draw(st.integers(min_dims, max_dims))
+    return tuple(draw(st.integers(1, max_side)) for _ in range(nd))
+
+
+# -- batch normalization --------------------------------------------------------------------------
+def _pdtype(dtype):
+    return np.float64 if dtype == "float64" else np.float32
+
+
+@GPU
+@given(shape=nd_shapes(), dtype=st.sampled_from(FLOATS + ("float64",)), cl_=st.booleans(),
+       mode=st.sampled_from(["spatial", "per_activation"]), seed=st.integers(0, 2**31))
+def test_batch_norm_train_and_backward(device, shape, dtype, cl_, mode, seed):
+    # a few values per channel: with two, batch-norm's input gradient is all cancellation
+    shape = (max(shape[0], 4),) + shape[1:]
+    rng = np.random.default_rng(seed)
+    pshape = (shape[1],) if mode == "spatial" else shape[1:]
+    pd = _pdtype(dtype)
+    xh, x = rand(shape, dtype, rng, cl_)
+    gh, g = rand(pshape, pd, rng)
+    bh, b = rand(pshape, pd, rng)
+    rmh, rm = rand(pshape, pd, rng)
+    rvh, rv = rand(pshape, pd, rng, low=0.5, high=1.5)
+    note(f"{shape} {dtype} channels_last={cl_} {mode}")
+    y, mean, inv = cudnn.batch_norm_train(x, g, b, rm, rv, momentum=0.2, eps=1e-4, mode=mode,
+                                          out=poisoned(shape, xh.dtype, cl_))
+    wy, wmean, winv, wrm, wrv = ref.batch_norm_train(xh, gh, bh, rmh, rvh, 0.2, 1e-4, mode)
+    T.assert_close(y, wy, dtype)
+    # statistics are float32 (float64) sums of the inputs, which the reference sees exactly
+    for got, want in ((mean, wmean), (inv, winv), (rm, wrm), (rv, wrv)):
+        T.assert_close(got, want, pd)
+    dyh, dy = rand(shape, dtype, rng, cl_)
+    dx, dg, db = cudnn.batch_norm_backward(x, dy, g, mean, inv, eps=1e-4, mode=mode,
+                                           out=poisoned(shape, xh.dtype, cl_))
+    wdx, wdg, wdb = ref.batch_norm_backward(xh, dyh, gh, 1e-4, mode)
+    T.assert_close(dx, wdx, dtype)
+    T.assert_close(dg, wdg, dtype)
+    T.assert_close(db, wdb, dtype)
+
+
+@GPU
+@given(shape=nd_shapes(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_batch_norm_infer(device, shape, dtype, cl_, seed):
+    rng = np.random.default_rng(seed)
+    xh, x = rand(shape, dtype, rng, cl_)
+    p = [rand((shape[1],), np.float32, rng) for _ in range(3)]
+    vh, v = rand((shape[1],), np.float32, rng, low=0.5, high=1.5)
+    y = cudnn.batch_norm_infer(x, p[0][1], p[1][1], p[2][1], v, eps=1e-3,
+                               out=poisoned(shape, xh.dtype, cl_))
+    want = ref.batch_norm_infer(xh, p[0][0], p[1][0], p[2][0], vh, eps=1e-3)
+    T.assert_close(y, want, dtype)
+
+
+def test_batch_norm_2d_input(device, rng):
+    xh, x = rand((16, 5), "float32", rng)
+    gh, g = rand((5,), "float32", rng)
+    bh, b = rand((5,), "float32", rng)
+    y, _, _ = cudnn.batch_norm_train(x, g, b)
+    T.assert_close(y, ref.batch_norm_train(xh, gh, bh)[0], np.float32)
+
+
+# -- pooling ---------------------------------------------------------------------------------------
+@st.composite
+def pool_problems(draw):
+    nsp = draw(st.sampled_from([2, 3]))
+    win = tuple(draw(st.integers(1, 3)) for _ in range(nsp))
+    pad = tuple(draw(st.integers(0, w - 1)) for w in win)
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(nsp))
+    x = (draw(st.integers(1, 2)), draw(st.integers(1, 4))) + tuple(
+        draw(st.integers(max(1, w - 2 * p), 8)) for w, p in zip(win, pad))
+    return x, win, pad, stride
+
+
+@GPU
+@given(prob=pool_problems(), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       mode=st.sampled_from(["max", "avg", "avg_exclude_padding"]), seed=st.integers(0, 2**31))
+def test_pooling(device, prob, dtype, cl_, mode, seed):
+    xs, win, pad, stride = prob
+    rng = np.random.default_rng(seed)
+    xh, x = rand(xs, dtype, rng, cl_)
+    note(f"x {xs} window {win} padding {pad} stride {stride} {dtype} cl={cl_} {mode}")
+    ys = cudnn.pooling_output_shape(xs, win, stride=stride, padding=pad)
+    y = cudnn.pooling_forward(x, win, stride=stride, padding=pad, mode=mode,
+                              out=poisoned(ys, xh.dtype, cl_))
+    want = ref.pooling_forward(xh, win, stride, pad, mode)
+    T.assert_close(y, want, dtype)
+    if mode == "max" and dtype != "float32":
+        return  # ties after rounding to 16 bits make the max gradient ambiguous
+    dyh, dy = rand(ys, dtype, rng, cl_)
+    dx = cudnn.pooling_backward(y, dy, x, win, stride=stride, padding=pad, mode=mode,
+                                out=poisoned(xs, xh.dtype, cl_))
+    T.assert_close(dx, ref.pooling_backward(xh, dyh, win, stride, pad, mode), dtype)
+
+
+# -- activations, softmax, add_tensor ---------------------------------------------------------------
+ACTS = [("relu", None), ("sigmoid", None), ("tanh", None), ("clipped_relu", 0.5),
+        ("elu", 0.7), ("swish", None), ("identity", None)]
+
+
+@GPU
+@given(shape=nd_shapes(2, 5), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       act=st.sampled_from(ACTS), seed=st.integers(0, 2**31))
+def test_activation(device, shape, dtype, cl_, act, seed):
+    mode, coef = act
+    rng = np.random.default_rng(seed)
+    xh, x = rand(shape, dtype, rng, cl_, low=-2, high=2)
+    y = cudnn.activation_forward(x, mode, coef=coef, swish_beta=1.5,
+                                 out=poisoned(shape, xh.dtype, cl_))
+    T.assert_close(y, ref.activation(xh, mode, coef or 0.0, 1.5), dtype)
+    dyh, dy = rand(shape, dtype, rng, cl_)
+    dx = cudnn.activation_backward(y, dy, x, mode, coef=coef, swish_beta=1.5,
+                                   out=poisoned(shape, xh.dtype, cl_))
+    T.assert_close(dx, ref.activation_backward(xh, dyh, mode, coef or 0.0, 1.5), dtype)
+
+
+def test_activation_in_place(device, rng):
+    xh, x = rand((3, 4, 5, 6), "float32", rng)
+    assert cudnn.activation(x, "relu", out=x) is x
+    T.assert_close(x, ref.relu(xh), np.float32)
+
+
+@GPU
+@given(shape=nd_shapes(2, 4), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       algorithm=st.sampled_from(["accurate", "log", "fast"]),
+       mode=st.sampled_from(["channel", "instance"]), seed=st.integers(0, 2**31))
+def test_softmax(device, shape, dtype, cl_, algorithm, mode, seed):
+    rng = np.random.default_rng(seed)
+    xh, x = rand(shape, dtype, rng, cl_, low=-3, high=3)
+    axis = 1 if mode == "channel" else tuple(range(1, len(shape)))
+    log = algorithm == "log"
+    y = cudnn.softmax_forward(x, algorithm=algorithm, mode=mode,
+                              out=poisoned(shape, xh.dtype, cl_))
+    want = (ref.log_softmax if log else ref.softmax)(xh.astype(np.float64), axis=axis)
+    T.assert_close(y, want, dtype)
+    dyh, dy = rand(shape, dtype, rng, cl_)
+    dx = cudnn.softmax_backward(y, dy, algorithm=algorithm, mode=mode,
+                                out=poisoned(shape, xh.dtype, cl_))
+    # the gradient is taken at cuDNN's own output, as cuDNN does
+    T.assert_close(dx, ref.softmax_backward(y.get(), dyh, axis=axis, log=log), dtype)
+
+
+@GPU
+@given(shape=nd_shapes(4, 5), dtype=st.sampled_from(FLOATS), cl_=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_add_tensor_bias_broadcast(device, shape, dtype, cl_, seed):
+    rng = np.random.default_rng(seed)
+    ch, c = rand(shape, dtype, rng, cl_)
+    bh, b = rand((shape[1],), dtype, rng)
+    assert cudnn.add_tensor(b, c, alpha=2.0, beta=0.5) is c
+    want = 0.5 * ch.astype(np.float64) + 2.0 * bh.astype(np.float64).reshape(
+        (1, -1) + (1,) * (len(shape) - 2))
+    T.assert_close(c, want, dtype)
+    # a full-shape operand in the same layout
+    ah, a = rand(shape, dtype, rng, cl_)
+    cudnn.add_tensor(a, c)
+    T.assert_close(c, want + ah.astype(np.float64), dtype)
+
+
+# -- torch.nn.functional as a second oracle ------------------------------------------------------
+def test_against_torch(device, rng):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    xh, x = rand((2, 6, 9, 8), "float32", rng)
+    wh, w = rand((4, 3, 3, 2), "float32", rng)
+    bh, b = rand((4,), "float32", rng)
+    tx, tw, tb = (torch.from_numpy(a.astype(np.float64)) for a in (xh, wh, bh))
+    want = F.conv2d(tx, tw, tb, stride=(2, 1), padding=(1, 1), dilation=(1, 2), groups=2).numpy()
+    np.testing.assert_allclose(ref.conv_forward(xh, wh, (2, 1), (1, 1), (1, 2), 2, bh), want,
+                               rtol=1e-10, atol=1e-10)
+    y = cudnn.conv_forward(x, w, bias=b, stride=(2, 1), padding=(1, 1), dilation=(1, 2), groups=2)
+    T.assert_close(y, want, np.float32)
+    want = F.max_pool2d(tx, 3, 2, 1).numpy()
+    T.assert_close(cudnn.pooling_forward(x, 3, stride=2, padding=1), want, np.float32)
+    want = F.avg_pool2d(tx, 3, 2, 1, count_include_pad=False).numpy()
+    T.assert_close(cudnn.pooling_forward(x, 3, stride=2, padding=1, mode="avg_exclude_padding"),
+                   want, np.float32)
+    g = torch.from_numpy(T.random_array((6,), np.float64, rng=rng))
+    rm, rv = torch.zeros(6, dtype=torch.float64), torch.ones(6, dtype=torch.float64)
+    want = F.batch_norm(tx, rm, rv, g, None, training=True, momentum=0.3, eps=1e-5).numpy()
+    crm, crv = cl.zeros((6,), np.float32), cl.full((6,), 1.0, np.float32)
+    y, _, _ = cudnn.batch_norm_train(x, cl.to_device(g.numpy().astype(np.float32)),
+                                     cl.zeros((6,), np.float32), crm, crv, momentum=0.3)
+    T.assert_close(y, want, np.float32)
+    T.assert_close(crv, rv.numpy(), np.float32)
+    T.assert_close(crm, rm.numpy(), np.float32)
+    T.assert_close(cudnn.softmax(x), F.softmax(tx, dim=1).numpy(), np.float32)
+
+
+def test_torch_channels_last_tensor(device, rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    tx = torch.randn(2, 8, 6, 6, device="cuda").contiguous(memory_format=torch.channels_last)
+    tw = torch.randn(4, 8, 3, 3, device="cuda").contiguous(memory_format=torch.channels_last)
+    torch.cuda.synchronize()
+    y = cudnn.conv_forward(tx, tw, padding=1)
+    assert is_channels_last(y)
+    want = torch.nn.functional.conv2d(tx.double(), tw.double(), padding=1).cpu().numpy()
+    T.assert_close(y, want, np.float32)

@@ -1,0 +1,422 @@
+"""Every kernel of cudalibs/ptx, through cudalibs.kernels, against numpy float64 references.
+
+Sizes favour tile and block edges (1, primes, powers of two +- 1, sizes above one block) and
+include empty arrays; inputs never hold zeros; outputs are poisoned (NaN) before the kernel
+writes them, so an element it skips fails the comparison.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cudalibs as cl
+from cudalibs import kernels as K
+from cudalibs import ptx as P
+from cudalibs import testing as T
+from cudalibs.testing import ref
+
+GPU = settings(max_examples=20, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+F32, F64, F16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
+BF16 = cl.dtypes.bfloat16
+ALL = [F32, F64, F16, BF16]
+HALF_FLOAT = [F32, F16, BF16]
+IDS = lambda d: np.dtype(d).name  # noqa: E731
+
+# Element counts around the block size (256) and the grid cap, plus empty.
+counts = st.one_of(st.sampled_from([0, 1, 31, 255, 256, 257, 4099, 65537]),
+                   st.integers(0, 3000))
+
+
+def poisoned(shape, dtype, stream=None):
+    """A device array filled with NaN, to be overwritten by the kernel under test."""
+    return cl.to_device(np.full(shape, T.poison_value(dtype), dtype=dtype), stream=stream)
+
+
+def rand(shape, dtype, rng, **kw):
+    return T.random_array(shape, dtype, rng=rng, **kw)
+
+
+def bits(a):
+    a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8)
+
+
+# -- loading -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stem", sorted(P.ENTRIES))
+def test_every_entry_loads_and_fits_its_block(device, stem):
+    """The driver JIT-compiles each shipped PTX; every kernel fits the block its wrapper uses."""
+    largest_block = {"wmma": 128, "softmax": 512, "matmul": 256, "layout": 256,
+                     "elementwise": 256}[stem]
+    for name in P.ENTRIES[stem]:
+        k = K._kernel(device, name)
+        assert k.max_threads_per_block >= largest_block, (name, k.attributes())
+        print(name, k.attributes())
+
+
+# -- elementwise -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ALL, ids=IDS)
+@GPU
+@given(n=counts, seed=st.integers(0, 2**31), alpha=st.floats(-4, 4).filter(lambda a: abs(a) > 0.1))
+def test_add_axpy_scale(device, dtype, n, seed, alpha):
+    rng = np.random.default_rng(seed)
+    x, y = rand(n, dtype, rng), rand(n, dtype, rng)
+    dx, dy = cl.to_device(x), cl.to_device(y)
+
+    out = poisoned(n, dtype)
+    assert K.add(dx, dy, out=out) is out
+    T.assert_close(out, x.astype(np.float64) + y.astype(np.float64), dtype, msg="add")
+    T.assert_close(K.add(dx, dy), x.astype(np.float64) + y.astype(np.float64), dtype,
+                   msg="add, allocated out")
+
+    out = poisoned(n, dtype)
+    K.scale(dx, alpha, out=out)
+    # alpha is applied in float32 (float64 for float64 data), as the kernel documents.
+    a = np.float64(alpha) if dtype == F64 else np.float64(np.float32(alpha))
+    T.assert_close(out, a * x.astype(np.float64), dtype, msg="scale")
+
+    assert K.axpy(alpha, dx, dy) is dy
+    T.assert_close(dy, a * x.astype(np.float64) + y.astype(np.float64), dtype, msg="axpy")
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=IDS)
+@GPU
+@given(n=counts, value=st.floats(-1e4, 1e4, allow_nan=False))
+def test_fill_is_exact(device, dtype, n, value):
+    d = poisoned(n, dtype)
+    assert K.fill(d, value) is d
+    expected = np.full(n, np.asarray(value, dtype=np.float64).astype(dtype), dtype=dtype)
+    np.testing.assert_array_equal(bits(d.get()), bits(expected))
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=IDS)
+@GPU
+@given(shape=T.shapes(min_dims=1, max_dims=3, min_side=0, max_side=40), seed=st.integers(0, 2**31))
+def test_relu_backward(device, dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    g, act = rand(shape, dtype, rng), rand(shape, dtype, rng)
+    out = poisoned(shape, dtype)
+    K.relu_backward(cl.to_device(g), cl.to_device(act), out=out)
+    # A selection, not arithmetic: exact.
+    np.testing.assert_array_equal(out.get().astype(np.float64), ref.relu_backward(g, act))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
+@GPU
+@given(rows=st.integers(0, 70), features=T.matrix_sizes(300), seed=st.integers(0, 2**31),
+       lead=st.sampled_from([(), (2,)]))
+def test_bias_act(device, dtype, act, rows, features, seed, lead):
+    rng = np.random.default_rng(seed)
+    shape = (*lead, rows, features)
+    x, b = rand(shape, dtype, rng, low=-3, high=3), rand(features, dtype, rng)
+    out = poisoned(shape, dtype)
+    fn = K.bias_relu if act == "relu" else K.bias_gelu
+    fn(cl.to_device(x), cl.to_device(b), out=out)
+    expected = ref.bias_act(x, b, "relu" if act == "relu" else "gelu_tanh")
+    T.assert_close(out, expected, dtype, msg=f"bias_{act} {shape}")
+
+
+@pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
+@GPU
+@given(shape=st.tuples(st.integers(1, 4), st.integers(1, 40), st.integers(1, 13),
+                       st.integers(1, 13)),
+       eps=st.sampled_from([1e-5, 1e-3, 0.1]), seed=st.integers(0, 2**31))
+def test_batch_norm_relu_infer(device, dtype, shape, eps, seed):
+    rng = np.random.default_rng(seed)
+    c = shape[1]
+    x = rand(shape, dtype, rng, low=-3, high=3)
+    scale_, shift, mean = (rand(c, F32, rng) for _ in range(3))
+    var = rand(c, F32, rng, low=0.1, high=2.0)
+    out = poisoned(shape, dtype)
+    K.batch_norm_relu_infer(cl.to_device(x), *(cl.to_device(p) for p in (scale_, shift, mean, var)),
+                            eps=eps, out=out)
+    expected = ref.batch_norm_infer(x, scale_, shift, mean, var, eps, act="relu")
+    T.assert_close(out, expected, dtype, msg=f"batch_norm_relu {shape}")
+
+
+# -- softmax -----------------------------------------------------------------------------------
+cols_strategy = st.one_of(st.sampled_from([1, 2, 31, 32, 33, 127, 129, 511, 513, 1025, 4097]),
+                          T.matrix_sizes(3000))
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
+@GPU
+@given(rows=st.integers(1, 20), cols=cols_strategy, seed=st.integers(0, 2**31),
+       spread=st.sampled_from([1.0, 10.0, 80.0]), lead=st.sampled_from([(), (3,)]))
+def test_softmax(device, dtype, log, rows, cols, seed, spread, lead):
+    rng = np.random.default_rng(seed)
+    shape = (*lead, rows, cols)
+    # Large spreads check the max subtraction: exp(80) overflows float16 and nearly float32.
+    x = rand(shape, dtype, rng, low=-spread, high=spread)
+    out = poisoned(shape, dtype)
+    (K.log_softmax if log else K.softmax)(cl.to_device(x), out=out)
+    expected = (ref.log_softmax if log else ref.softmax)(x)
+    T.assert_close(out, expected, dtype, msg=f"{'log_' if log else ''}softmax {shape}")
+
+
+def test_softmax_in_place_and_empty(device):
+    x = T.random_array((5, 300), np.float32, rng=1)
+    d = cl.to_device(x)
+    assert K.softmax(d, out=d) is d
+    T.assert_close(d, ref.softmax(x), np.float32)
+    assert K.softmax(cl.empty((3, 0), np.float32)).shape == (3, 0)
+    assert K.log_softmax(cl.empty((0, 7), np.float32)).shape == (0, 7)
+
+
+# -- matrix products ---------------------------------------------------------------------------
+@pytest.mark.parametrize("fn", [K.matmul_naive, K.matmul_tiled], ids=["naive", "tiled"])
+@GPU
+@given(m=T.matrix_sizes(130), n=T.matrix_sizes(130), k=T.matrix_sizes(130),
+       seed=st.integers(0, 2**31))
+def test_matmul(device, fn, m, n, k, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rand((m, k), F32, rng), rand((k, n), F32, rng)
+    out = poisoned((m, n), F32)
+    assert fn(cl.to_device(a), cl.to_device(b), out=out) is out
+    T.assert_close(out, ref.gemm(a, b), F32, msg=f"{fn.__name__} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("fn", [K.matmul_naive, K.matmul_tiled, K.wmma_gemm],
+                         ids=["naive", "tiled", "wmma"])
+def test_matmul_empty_and_k_zero(device, fn):
+    dt = F16 if fn is K.wmma_gemm else F32
+    assert fn(cl.empty((0, 5), dt), cl.empty((5, 3), dt)).shape == (0, 3)
+    out = poisoned((4, 3), F32)
+    fn(cl.empty((4, 0), dt), cl.empty((0, 3), dt), out=out)
+    np.testing.assert_array_equal(out.get(), np.zeros((4, 3), np.float32))
+
+
+@GPU
+@given(batch=st.integers(1, 5), m=T.matrix_sizes(70), n=T.matrix_sizes(70),
+       k=T.matrix_sizes(70), mode=st.sampled_from(["both", "a2d", "b2d"]),
+       seed=st.integers(0, 2**31))
+def test_bmm(device, batch, m, n, k, mode, seed):
+    rng = np.random.default_rng(seed)
+    a = rand((m, k) if mode == "a2d" else (batch, m, k), F32, rng)
+    b = rand((k, n) if mode == "b2d" else (batch, k, n), F32, rng)
+    out = poisoned((batch, m, n), F32)
+    K.bmm(cl.to_device(a), cl.to_device(b), out=out)
+    T.assert_close(out, ref.gemm(a, b), F32, msg=f"bmm {mode} {batch}x{m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("out_dtype", [F32, F16], ids=IDS)
+@GPU
+@given(m=T.matrix_sizes(200), n=T.matrix_sizes(200), k=T.matrix_sizes(200),
+       seed=st.integers(0, 2**31), aligned=st.booleans())
+def test_wmma_gemm(device, out_dtype, m, n, k, seed, aligned):
+    rng = np.random.default_rng(seed)
+    a, b = rand((m, k), F16, rng), rand((k, n), F16, rng)
+    if aligned:
+        da, db = cl.to_device(a), cl.to_device(b)
+    else:
+        # Start one element into a buffer: base addresses off the 16-byte grid, which must
+        # take the element-wise load path even when K or N is a multiple of 8.
+        fa = cl.to_device(np.concatenate([[np.float16(1)], a.ravel()]))
+        fb = cl.to_device(np.concatenate([[np.float16(1)], b.ravel()]))
+        da, db = fa[1:].reshape(m, k), fb[1:].reshape(k, n)
+    out = poisoned((m, n), out_dtype)
+    K.wmma_gemm(da, db, out=out, out_dtype=out_dtype)
+    # fp16 inputs, fp32 accumulation: the fp16 tolerance, whatever the output type.
+    T.assert_close(out, ref.gemm(a, b), F16, msg=f"wmma {m}x{n}x{k} aligned={aligned}")
+
+
+def test_wmma_gemm_multiple_of_tile_sizes(device):
+    rng = np.random.default_rng(7)
+    for m, n, k in [(64, 64, 32), (128, 192, 256), (512, 512, 512)]:
+        a, b = rand((m, k), F16, rng), rand((k, n), F16, rng)
+        out = K.wmma_gemm(cl.to_device(a), cl.to_device(b))
+        assert out.dtype == F32
+        T.assert_close(out, ref.gemm(a, b), F16, msg=f"wmma {m}x{n}x{k}")
+
+
+def test_grids_beyond_the_y_and_z_limits(device):
+    """Sizes whose tiles exceed 65535 in grid y or z exercise the kernels' remainder loops."""
+    rng = np.random.default_rng(3)
+    for fn, tile in ((K.matmul_naive, 16), (K.matmul_tiled, 32)):
+        m = 65535 * tile + 3
+        a, b = rand((m, 2), F32, rng), rand((2, 3), F32, rng)
+        T.assert_close(fn(cl.to_device(a), cl.to_device(b)), ref.gemm(a, b), F32,
+                       msg=fn.__name__)
+    m = 65535 * 64 + 5
+    a, b = rand((m, 3), F16, rng), rand((3, 2), F16, rng)
+    T.assert_close(K.wmma_gemm(cl.to_device(a), cl.to_device(b)), ref.gemm(a, b), F16,
+                   msg="wmma_gemm")
+    batch = 65535 + 4
+    a, b = rand((batch, 2, 3), F32, rng), rand((batch, 3, 2), F32, rng)
+    T.assert_close(K.bmm(cl.to_device(a), cl.to_device(b)), ref.gemm(a, b), F32, msg="bmm")
+    x = rand((65535 * 32 + 7, 3), F16, rng)
+    np.testing.assert_array_equal(K.transpose(cl.to_device(x)).get(), x.T)
+    x = rand((65535 + 2, 3, 2, 2), F32, rng)
+    np.testing.assert_array_equal(K.nchw_to_nhwc(cl.to_device(x)).get(), ref.nchw_to_nhwc(x))
+
+
+# -- layout ------------------------------------------------------------------------------------
+LAYOUT_DTYPES = [F16, BF16, F32, F64, np.dtype(np.int16), np.dtype(np.int32),
+                 np.dtype(np.complex64)]
+
+
+@pytest.mark.parametrize("dtype", LAYOUT_DTYPES, ids=IDS)
+@GPU
+@given(r=st.one_of(st.just(0), T.matrix_sizes(200)), c=st.one_of(st.just(0), T.matrix_sizes(200)),
+       seed=st.integers(0, 2**31))
+def test_transpose(device, dtype, r, c, seed):
+    x = rand((r, c), dtype, np.random.default_rng(seed))
+    out = poisoned((c, r), dtype)
+    assert K.transpose(cl.to_device(x), out=out) is out
+    np.testing.assert_array_equal(bits(out.get()), bits(x.T))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16, F64], ids=IDS)
+@GPU
+@given(shape=st.tuples(st.integers(0, 3), st.integers(1, 40), st.integers(1, 12),
+                       st.integers(1, 12)), seed=st.integers(0, 2**31))
+def test_nchw_nhwc_round_trip(device, dtype, shape, seed):
+    x = rand(shape, dtype, np.random.default_rng(seed))
+    n, c, h, w = shape
+    out = poisoned((n, h, w, c), dtype)
+    K.nchw_to_nhwc(cl.to_device(x), out=out)
+    np.testing.assert_array_equal(bits(out.get()), bits(ref.nchw_to_nhwc(x)))
+    back = poisoned(shape, dtype)
+    K.nhwc_to_nchw(out, out=back)
+    np.testing.assert_array_equal(bits(back.get()), bits(x))
+
+
+# -- streams, in place, interop ----------------------------------------------------------------
+def test_work_runs_on_the_given_stream(device):
+    rng = np.random.default_rng(11)
+    x = rand((300, 257), F32, rng)
+    s = cl.Stream(device)
+    d = cl.to_device(x, stream=s)
+    y = K.softmax(d, stream=s)  # allocated on s
+    z = K.scale(y, 2.0, stream=s)
+    s.sync()
+    T.assert_close(z.get(stream=s), 2 * ref.softmax(x), F32)
+    with s:  # the current stream
+        w = K.transpose(d)
+    s.sync()
+    np.testing.assert_array_equal(w.get(stream=s), x.T)
+    s.close()
+
+
+def test_in_place_elementwise(device):
+    rng = np.random.default_rng(12)
+    x = rand(1000, F32, rng)
+    d = cl.to_device(x)
+    K.scale(d, 3.0, out=d)
+    K.add(d, d, out=d)
+    K.axpy(-1.0, d, d)  # d - d
+    np.testing.assert_array_equal(d.get(), np.zeros(1000, np.float32))
+
+
+def test_foreign_arrays(device):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    a = torch.randn(37, 19, device="cuda")
+    b = torch.randn(19, 23, device="cuda")
+    out = K.matmul_tiled(a, b)
+    torch.cuda.synchronize()
+    expected = (a.double() @ b.double()).cpu().numpy()
+    T.assert_close(out, expected, F32)
+    h = torch.randn(8, 100, device="cuda", dtype=torch.float16)
+    got = K.softmax(h)
+    ref_ = torch.softmax(h.double(), dim=-1).cpu().numpy()
+    T.assert_close(got, ref_, F16)
+
+
+def test_threads_do_not_share_launchers(device):
+    """Same shapes, same (default) stream, two threads: each result has its own arguments."""
+    import threading
+
+    rng = np.random.default_rng(14)
+    n = 4097
+    xs = [rand(n, F32, rng) for _ in range(4)]
+    ds = [cl.to_device(x) for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(50):
+                out = K.scale(ds[i], float(i + 2))
+                got = out.get()
+                np.testing.assert_array_equal(got, (xs[i] * np.float32(i + 2)))
+        except Exception as exc:  # reported below, with the thread's index
+            errors.append((i, exc))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# -- bad input on a real device ----------------------------------------------------------------
+def test_bad_input_raises_before_launch(device):
+    a = cl.to_device(np.ones((4, 4), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.matmul_tiled(a.T, a)
+    with pytest.raises(TypeError, match="host numpy array"):
+        K.softmax(np.ones((2, 2), np.float32))
+    with pytest.raises(TypeError, match="supported"):
+        K.softmax(cl.to_device(np.ones((2, 2), np.int32)))
+    with pytest.raises(ValueError, match="cannot work in place"):
+        K.transpose(a, out=a)
+    c = cl.to_device(np.ones((4, 4), np.float32))
+    c.close()
+    with pytest.raises(cl.ClosedError):
+        K.add(a, c)
+    closed_stream = cl.Stream(device)
+    closed_stream.close()
+    with pytest.raises(cl.ClosedError):
+        K.add(a, a, stream=closed_stream)
+    # The process is fine and the library still works.
+    np.testing.assert_array_equal(K.add(a, a).get(), np.full((4, 4), 2, np.float32))
+
+
+def test_other_device_is_refused(two_devices):
+    d0, d1 = two_devices
+    a = cl.to_device(np.ones(8, np.float32), device=d0)
+    b = cl.to_device(np.ones(8, np.float32), device=d1)
+    with pytest.raises(ValueError, match="device"):
+        K.add(a, b)
+    # Each device loads its own module.
+    np.testing.assert_array_equal(K.add(b, b).get(), np.full(8, 2, np.float32))
+
+
+# -- plain launch, prepared launcher and graph replay agree ------------------------------------
+def test_launch_prepared_and_graph_replay_agree(device):
+    rng = np.random.default_rng(13)
+    n = 10_001
+    x, y = rand(n, F32, rng), rand(n, F32, rng)
+    dx, dy = cl.to_device(x), cl.to_device(y)
+    kernel = K._kernel(device, "add_f32")
+    grid, block = K._elementwise_grid(device, n)
+    s = cl.Stream(device)
+    outs = [poisoned(n, F32) for _ in range(3)]
+    kernel.launch(grid, block, dx, dy, outs[0], n, stream=s)
+    kernel.prepare(grid, block, stream=s)(dx, dy, outs[1], n)
+    with cl.graph.capture(s) as g:
+        K.add(dx, dy, out=outs[2], stream=s)
+    exe = g.instantiate()
+    s.sync()
+    assert np.isnan(outs[2].get()).all()  # captured, not run
+    exe.replay(stream=s)
+    s.sync()
+    expected = bits(outs[0].get())
+    np.testing.assert_array_equal(bits(outs[1].get()), expected)
+    np.testing.assert_array_equal(bits(outs[2].get()), expected)
+    T.assert_close(outs[0], x.astype(np.float64) + y.astype(np.float64), F32)
+    # Replays repeat the captured launch: fresh inputs in the same memory, a new result.
+    x2 = rand(n, F32, rng)
+    dx.copy_(x2, stream=s)
+    exe.replay(stream=s)
+    s.sync()
+    T.assert_close(outs[2].get(stream=s), x2.astype(np.float64) + y.astype(np.float64), F32)
+    exe.close()
+    g.close()
+    s.close()
