@@ -113,10 +113,10 @@ class Runner:
             return "error"
 
     # -- cudalibs ---------------------------------------------------------------------------
-    def ours(self, op, a_host, b_host, out_shape, out_dtype, **kw):
+    def ours(self, op, a_host, b_host, out_shape, result_dtype, **kw):
         s = self.stream
         a, b = cl.to_device(a_host, stream=s), cl.to_device(b_host, stream=s)
-        out = cl.empty(out_shape, out_dtype, device=self.dev, stream=s)
+        out = cl.empty(out_shape, result_dtype, device=self.dev, stream=s)
         try:
             op(a, b, out=out, stream=s, **kw)
             s.sync()

@@ -25,9 +25,12 @@ What is measured
 
 How it is measured
 ------------------
-Host wall time (``time.perf_counter``) over ``N`` back-to-back launches, then a stream
-synchronisation outside the timed region; the GPU runs empty kernels faster than any host
-can issue them, so the time is the host's cost per launch.  Each case is measured in
+Host wall time (``time.perf_counter``) over ``N`` launches issued in chunks of ``CHUNK``, with
+a stream synchronisation between chunks outside the timed region.  A chunk stays well below
+the driver's queue of pending launches, so a launch never waits for the GPU to retire earlier
+ones (back-to-back empty kernels retire at a few microseconds each, about as fast as a host
+issues them, and a long unbroken loop would time the GPU instead): the time is the host's
+cost per launch.  Each case is measured in
 ``ROUNDS`` rounds, with the order of the cases rotated between rounds so that no library
 always runs first (or warm); the cell is the median round.  ``speedup`` columns are the
 peer's time over ours: above 1 means cudalibs launches faster.  The issue's reference points
@@ -69,18 +72,33 @@ extern "C" __global__ void empty8(float* a, float* b, float* c, float* d,
 """
 
 
+CHUNK = 200        # launches between synchronisations (well under the pending-launch queue)
+
+
 def _time_host(fn, sync, n=N, include_sync=False) -> float:
-    """Microseconds per call of ``fn`` over ``n`` calls, then ``sync()`` (timed only with
-    ``include_sync``: graph replays, whose GPU time is the cost being measured)."""
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
+    """Microseconds per call of ``fn`` over ``n`` calls.
+
+    Launches are timed in chunks of ``CHUNK`` with ``sync()`` between them, untimed; with
+    ``include_sync`` (graph replays, whose GPU time is the cost being measured) the calls run
+    back to back and the final ``sync()`` is timed."""
     if include_sync:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
         sync()
-    t1 = time.perf_counter()
-    if not include_sync:
+        return (time.perf_counter() - t0) / n * 1e6
+    total, done = 0.0, 0
+    perf = time.perf_counter
+    while done < n:
+        m = min(CHUNK, n - done)
         sync()
-    return (t1 - t0) / n * 1e6
+        t0 = perf()
+        for _ in range(m):
+            fn()
+        total += perf() - t0
+        done += m
+    sync()
+    return total / n * 1e6
 
 
 # -- each library builds its cases: name -> (callable, sync, calls per call) ------------------

@@ -174,7 +174,7 @@ class GemmArgs(NamedTuple):
     ldb: int
     ldc: int
     copy_a: bool
-    copy_b: bool
+    copy_b: bool | str
 
 
 def _operand(rows: int, cols: int, s0: int, s1: int, prefer_t: bool = False):
@@ -209,7 +209,7 @@ def _elem_strides(strides, itemsize):
 
 
 def gemm_args(a_shape, a_strides, b_shape, b_strides, out_strides, itemsize: int,
-              out_itemsize: int | None = None) -> GemmArgs:
+              out_itemsize: int | None = None, tn_only: bool = False) -> GemmArgs:
     """Map a row-major ``out = a @ b`` onto ``cublasGemmEx`` arguments.
 
     Parameters
@@ -224,6 +224,11 @@ def gemm_args(a_shape, a_strides, b_shape, b_strides, out_strides, itemsize: int
         Bytes per element of ``a`` and ``b``.
     out_itemsize : int, optional
         Bytes per element of ``out`` (default ``itemsize``).
+    tn_only : bool, default False
+        Only cuBLAS's "TN" form may be used (``transa`` T, ``transb`` N), as for int8 on
+        current GPUs, which refuse the other forms for most shapes: ``a`` must then be
+        row-major and ``b`` column-major, and an operand that is not gets a copy that is
+        (``copy_b`` is ``"F"`` for a column-major copy of ``b``).
 
     Returns
     -------
@@ -246,8 +251,15 @@ def gemm_args(a_shape, a_strides, b_shape, b_strides, out_strides, itemsize: int
         copy_a = True
         opa = _operand(M, K, K, 1)
     sb = _elem_strides(b_strides, itemsize)
-    opb = None if sb is None else _operand(K, N, sb[0], sb[1])
-    if opb is None:
+    opb = None if sb is None else _operand(K, N, sb[0], sb[1], prefer_t=tn_only)
+    if tn_only:
+        if opa[0] != _OP_N:
+            copy_a = True
+            opa = _operand(M, K, K, 1)
+        if opb is None or opb[0] != _OP_T:
+            copy_b = "F"
+            opb = (_OP_T, max(K, 1))
+    elif opb is None:
         copy_b = True
         opb = _operand(K, N, N, 1)
     if out_strides is None:
@@ -262,6 +274,15 @@ def gemm_args(a_shape, a_strides, b_shape, b_strides, out_strides, itemsize: int
             raise ValueError(f"out's row stride ({ldc} elements) is shorter than a row ({N})")
     # cuBLAS's first operand is b (N×K after op), its second is a (K×M after op).
     return GemmArgs(opb[0], opa[0], N, M, K, opb[1], opa[1], ldc, copy_a, copy_b)
+
+
+def _copy_operand(x, mode, s):
+    """A copy of ``x`` laid out as ``gemm_args`` asked: C order, or column-major matrices
+    (``"F"``) for the TN-only int8 path."""
+    if mode == "F":
+        swap = (0, 2, 1) if x.ndim == 3 else (1, 0)
+        return x.transpose(*swap).copy(s).transpose(*swap)
+    return x.copy(s)
 
 
 # -- plans -----------------------------------------------------------------------------------
@@ -355,7 +376,8 @@ def _make_plan(a: DeviceArray, b: DeviceArray, out, compute, algo, batched: bool
         out_strides = ostr
     else:
         bso, out_strides = M * N * oitem, None
-    args = gemm_args(ashape, astr, bshape, bstr, out_strides, item, oitem)
+    args = gemm_args(ashape, astr, bshape, bstr, out_strides, item, oitem,
+                     tn_only=ab.kind == "i")
     if batch > 1 and out is not None:
         extent = ((M - 1) * args.ldc + N) * oitem if M and N else 0
         if bso <= 0 or bso % oitem or bso < extent:
@@ -491,7 +513,7 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
     if x.copy_a:
         a = a.copy(s)
     if x.copy_b:
-        b = b.copy(s)
+        b = _copy_operand(b, x.copy_b, s)
     algo_v = p.algo
     if algo_v == "tuned":
         algo_v = _tuned_algo(p, a, b, out, s)
@@ -643,6 +665,9 @@ def gemm_batched(a_list, b_list, out_list=None, *, alpha=1, beta=0, compute=None
             x._check()
     p = _make_plan(a0, b0, None if out_list is None else out_list[0], compute, algo, False)
     if p.args.copy_a or p.args.copy_b:
+        if a0.dtype.kind == "i":
+            raise ValueError("an int8 gemm_batched needs row-major a matrices and "
+                             "column-major b matrices (b = w.T of a row-major w)")
         raise ValueError("gemm_batched needs matrices with a unit stride in one dimension "
                          "(copy them first)")
     s = as_stream(stream, dev)
@@ -783,7 +808,7 @@ def tune_gemm(a, b, out=None, *, compute=None, iterations: int = 10, stream=None
     if p.args.copy_a:
         a = a.copy(s)
     if p.args.copy_b:
-        b = b.copy(s)
+        b = _copy_operand(b, p.args.copy_b, s)
     tmp_out = out if out is not None else empty(p.out_shape, p.out_dtype, device=a._device,
                                                 stream=s)
     key = _tune_key(p, a, b, tmp_out, a._device)

@@ -88,9 +88,21 @@ def layout_of(arr, name: str, allowed=(4, 5)) -> tuple[bool, ...]:
     return fits
 
 
-def pick_layout(*fits_and_names) -> bool:
-    """One channels_last value every operand fits (pairs of (fits, name)); prefers NCHW when
-    all are ambiguous, else the first operand's layout."""
+def out_hint(out) -> bool | None:
+    """The layout an ``out`` DeviceArray pins down (None: no out, or it fits both).
+
+    Inputs with one channel or 1x1 spatial extent are both packed NCHW and packed NHWC; the
+    output then takes the layout of an ``out`` the caller passed."""
+    if type(out) is not DeviceArray or out.ndim < 3:
+        return None
+    fits = layouts_of(out.shape, out.strides, out.itemsize)
+    return fits[0] if len(fits) == 1 else None
+
+
+def pick_layout(*fits_and_names, prefer: bool | None = None) -> bool:
+    """One channels_last value every operand fits (pairs of (fits, name)); when all are
+    ambiguous, ``prefer`` (the layout of a given output, see :func:`out_hint`) or NCHW,
+    else the first unambiguous operand's layout."""
     common = {False, True}
     for fits, _ in fits_and_names:
         common &= set(fits)
@@ -103,7 +115,9 @@ def pick_layout(*fits_and_names) -> bool:
         for fits, _ in fits_and_names:
             if len(fits) == 1:
                 return fits[0]
-        return False
+        if prefer is not None:
+            return prefer
+        return fits_and_names[0][0][0]
     return common.pop()
 
 
@@ -139,7 +153,8 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
     if len(shape) >= 3:
         if channels_last not in layouts_of(out.shape, out.strides, out.itemsize):
             raise ValueError(f"{name} must be packed {layout_name(len(shape), channels_last)} "
-                             f"like the inputs; its strides are {out.strides}")
+                             f"like the inputs (layout mismatch); its strides are "
+                             f"{out.strides}")
     elif not out.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
     return out

@@ -43,7 +43,7 @@ def _tensor(x, name):
     check_float(x, name)
     shape, strides = padded(x, name)
     fits = layout_padded(shape, strides, x.itemsize, name)
-    cl = fits[0] if len(fits) == 1 else False
+    cl = fits[0]
     hit = _descs[key] = (tensor_descriptor(x.dtype, shape, packed_strides(shape, cl)), cl)
     return hit
 
@@ -93,6 +93,10 @@ def activation_forward(x, mode="relu", *, coef=None, swish_beta=1.0, out=None, a
     xd, cl = _tensor(x, "x")
     ad = _act_desc(mode, coef, swish_beta)
     y = output(out, x.shape, x.dtype, cl, dev, s)
+    if mode == "identity":
+        # cudnnActivationForward refuses CUDNN_ACTIVATION_IDENTITY (it exists for the fused
+        # convolution only); alpha * x + beta * y is an add.
+        return _scaled_copy(x, y, alpha, beta, s)
     h = handle_for(dev, s._handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnActivationForward(h.raw, ad.raw, scalar(alpha, d), xd.raw, x.ptr,
@@ -132,6 +136,8 @@ def activation_backward(y, dy, x, mode="relu", *, coef=None, swish_beta=1.0, out
     dyd = _like(dy, "dy", x, cl, "x")
     ad = _act_desc(mode, coef, swish_beta)
     dx = output(out, x.shape, x.dtype, cl, dev, s)
+    if mode == "identity":
+        return _scaled_copy(dy, dx, alpha, beta, s)
     h = handle_for(dev, s._handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnActivationBackward(h.raw, ad.raw, scalar(alpha, d), yd.raw, y.ptr,
@@ -214,6 +220,19 @@ def softmax_backward(y, dy, *, algorithm="accurate", mode="channel", out=None, a
     return dx
 
 
+def _scaled_copy(a, c, alpha, beta, s):
+    """``c = alpha * a + beta * c`` for same-shape, same-layout ``a`` and ``c``."""
+    if a.ptr == c.ptr and alpha == 1.0 and beta == 0.0:
+        return c
+    if beta == 0.0 and a.ptr != c.ptr:
+        # beta = 0 must ignore whatever c holds (NaN included), as cuDNN's own calls do.
+        c.copy_(a, stream=s)
+        if alpha == 1.0:
+            return c
+        return add_tensor(c, c, alpha=alpha, beta=0.0, stream=s)
+    return add_tensor(a, c, alpha=alpha, beta=beta, stream=s)
+
+
 def add_tensor(a, c, *, alpha=1.0, beta=1.0, stream=None):
     """``c = alpha * a + beta * c`` in place, broadcasting ``a`` (a bias).
 
@@ -250,8 +269,15 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, stream=None):
             raise ValueError(f"a of shape {a.shape} does not broadcast to c's {c.shape} "
                              "(each dimension must equal c's or be 1)")
         shape, strides = padded(a, "a")
-        if cl not in layout_padded(shape, strides, a.itemsize, "a"):
-            raise ValueError("a must have c's memory layout")
+        a_fits = layout_padded(shape, strides, a.itemsize, "a")
+        if cl not in a_fits:
+            cshape, cstrides = padded(c, "c")
+            if len(layout_padded(cshape, cstrides, c.itemsize, "c")) == 2:
+                # c's memory reads the same in both layouts; describe it in a's.
+                cl = a_fits[0]
+                cd = tensor_descriptor(c.dtype, cshape, packed_strides(cshape, cl))
+            else:
+                raise ValueError("a must have c's memory layout (layout mismatch)")
         ad = tensor_descriptor(a.dtype, shape, packed_strides(shape, cl))
     h = handle_for(dev, s._handle)
     d = is_double(c.dtype)

@@ -51,8 +51,8 @@ import numpy as np
 from ..errors import CudaLibsError
 from . import _lib
 from ._base import last_error_string, raise_for, version
-from ._common import (as_array, check_float, is_double, layout_of, output, pick_layout,
-                      same_device, scalar, scratch, stream_of, tuple_arg)
+from ._common import (as_array, check_float, is_double, layout_of, out_hint, output,
+                      pick_layout, same_device, scalar, scratch, stream_of, tuple_arg)
 from .descriptors import (MATH_TYPES, activation_descriptor, check_conv_params,
                           convolution_descriptor, filter_descriptor, layout_name,
                           packed_strides, tensor_descriptor)
@@ -458,9 +458,9 @@ def _store(key, plan):
 
 # -- forward --------------------------------------------------------------------------------------
 def _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups, algo, math,
-                  deterministic, limit, op_name="forward"):
+                  deterministic, limit, op_name="forward", prefer=None):
     _check_pair(x, w, "x", "w")
-    cl = pick_layout((layout_of(x, "x"), "x"), (layout_of(w, "w"), "w"))
+    cl = pick_layout((layout_of(x, "x"), "x"), (layout_of(w, "w"), "w"), prefer=prefer)
     pad, st_, dil, groups = _params(x.ndim - 2, stride, padding, dilation, groups)
     y_shape = conv_output_shape(x.shape, w.shape, stride=st_, padding=pad, dilation=dil,
                                 groups=groups)
@@ -541,12 +541,13 @@ def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         same_device(dev, w=w)
     s = stream_of(stream, dev)
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
+    hint = None if out is None else out_hint(out)
     key = _common_key("forward", dev, x, w, stride, padding, dilation, groups, algo, math,
-                      deterministic, limit)
+                      deterministic, limit, hint)
     plan = _lookup(key)
     if plan is None:
         plan = _store(key, _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups,
-                                         algo, math, deterministic, limit))
+                                         algo, math, deterministic, limit, prefer=hint))
     y = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
                strides=plan.out_strides)
     if bias is not None:
@@ -633,13 +634,14 @@ def conv_backward_data(dy, w, x_shape=None, *, stride=1, padding=0, dilation=1, 
     if x_shape is None and out is not None:
         x_shape = as_array(out, "out").shape
     xs = None if x_shape is None else tuple(int(v) for v in x_shape)
+    hint = None if out is None else out_hint(out)
     key = _common_key("backward_data", dev, dy, w, stride, padding, dilation, groups, algo,
-                      math, deterministic, limit, xs)
+                      math, deterministic, limit, (xs, hint))
     plan = _lookup(key)
     if plan is None:
         plan = _store(key, _backward_data_plan(key, dy, w, xs, dev, s, stride, padding,
                                                dilation, groups, algo, math, deterministic,
-                                               limit))
+                                               limit, prefer=hint))
     dx = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
                strides=plan.out_strides)
     _execute(plan, dev, s, w._ptr, dy._ptr, dx.ptr, alpha, beta)
@@ -647,9 +649,9 @@ def conv_backward_data(dy, w, x_shape=None, *, stride=1, padding=0, dilation=1, 
 
 
 def _backward_data_plan(key, dy, w, xs, dev, s, stride, padding, dilation, groups, algo,
-                        math, deterministic, limit):
+                        math, deterministic, limit, prefer=None):
     _check_pair(dy, w, "dy", "w")
-    cl = pick_layout((layout_of(dy, "dy"), "dy"), (layout_of(w, "w"), "w"))
+    cl = pick_layout((layout_of(dy, "dy"), "dy"), (layout_of(w, "w"), "w"), prefer=prefer)
     nsp = dy.ndim - 2
     pad, st_, dil, groups = _params(nsp, stride, padding, dilation, groups)
     if xs is None:
@@ -719,13 +721,14 @@ def conv_backward_filter(x, dy, filter_shape=None, *, stride=1, padding=0, dilat
             raise ValueError("conv_backward_filter needs filter_shape or out")
         filter_shape = as_array(out, "out").shape
     ws_ = tuple(int(v) for v in filter_shape)
+    hint = None if out is None else out_hint(out)
     key = _common_key("backward_filter", dev, x, dy, stride, padding, dilation, groups, algo,
-                      math, deterministic, limit, ws_)
+                      math, deterministic, limit, (ws_, hint))
     plan = _lookup(key)
     if plan is None:
         plan = _store(key, _backward_filter_plan(key, x, dy, ws_, dev, s, stride, padding,
                                                  dilation, groups, algo, math, deterministic,
-                                                 limit))
+                                                 limit, prefer=hint))
     dw = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
                strides=plan.out_strides)
     _execute(plan, dev, s, x._ptr, dy._ptr, dw.ptr, alpha, beta)
@@ -733,9 +736,9 @@ def conv_backward_filter(x, dy, filter_shape=None, *, stride=1, padding=0, dilat
 
 
 def _backward_filter_plan(key, x, dy, ws_, dev, s, stride, padding, dilation, groups, algo,
-                          math, deterministic, limit):
+                          math, deterministic, limit, prefer=None):
     _check_pair(x, dy, "x", "dy")
-    cl = pick_layout((layout_of(x, "x"), "x"), (layout_of(dy, "dy"), "dy"))
+    cl = pick_layout((layout_of(x, "x"), "x"), (layout_of(dy, "dy"), "dy"), prefer=prefer)
     pad, st_, dil, groups = _params(x.ndim - 2, stride, padding, dilation, groups)
     if len(ws_) != x.ndim or any(v < 1 for v in ws_):
         raise ValueError(f"filter_shape {ws_} must have {x.ndim} positive dimensions")
@@ -783,6 +786,11 @@ def conv_backward_bias(dy, *, out=None, alpha=1.0, beta=0.0, stream=None):
     descs = _bias_descs.get(key)
     if descs is None or not all(d._finalizer.alive for d in descs):
         check_float(dy, "dy")
+        if dy.dtype.name == "bfloat16":
+            # cuDNN 9 answers CUDNN_STATUS_NOT_SUPPORTED; say so before the call.
+            raise TypeError("cudnnConvolutionBackwardBias does not support bfloat16 (cuDNN "
+                            "supports float32, float64 and float16 here); reduce dy over "
+                            "N and the spatial axes in float32 instead")
         cl = pick_layout((layout_of(dy, "dy"), "dy"))
         bshape = (1, dy.shape[1]) + (1,) * (dy.ndim - 2)
         descs = _bias_descs[key] = (_tdesc(dy.dtype, dy.shape, cl),
@@ -845,13 +853,14 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     if activation == "identity":
         algo = "implicit_precomp_gemm"
+    hint = None if out is None else out_hint(out)
     key = _common_key("fused", dev, x, w, stride, padding, dilation, groups, algo, math,
-                      deterministic, limit, activation)
+                      deterministic, limit, (activation, hint))
     plan = _lookup(key)
     fresh = plan is None
     if fresh:
         plan = _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups, algo, math,
-                             deterministic, limit, op_name="fused")
+                             deterministic, limit, op_name="fused", prefer=hint)
         plan.act_desc = activation_descriptor(activation)
         plan.run = _lib.get().cudnnConvolutionBiasActivationForward
     bias = _bias_arg(bias, plan, dev)
@@ -868,7 +877,7 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
         # Not every algorithm find picks is fusable; implicit-precomputed GEMM always is.
         plan = _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups,
                              "implicit_precomp_gemm", math, deterministic, limit,
-                             op_name="fused")
+                             op_name="fused", prefer=hint)
         plan.act_desc = activation_descriptor(activation)
         plan.run = _lib.get().cudnnConvolutionBiasActivationForward
         st = _fused_call(plan, dev, s, x, w, z_ptr, bias, y, alpha, a2)

@@ -129,14 +129,20 @@ def layouts_of(shape, strides, itemsize: int) -> tuple[bool, ...]:
     -------
     tuple of bool
         ``channels_last`` values that fit: ``(False,)`` for NCHW-packed data, ``(True,)`` for
-        channels-last data, both when size-1 dimensions make the two coincide, ``()`` for any
-        other stride pattern (a slice, a transposed or padded view).
+        channels-last data, both when size-1 dimensions make the two coincide (the one the
+        strides match exactly first), ``()`` for any other stride pattern (a slice, a
+        transposed or padded view).
     """
-    fits = []
+    fits, exact = [], []
     for cl in (False, True):
         want = packed_strides(shape, cl)
         if all(n == 1 or s == w * itemsize for n, s, w in zip(shape, strides, want)):
             fits.append(cl)
+            exact.append(all(s == w * itemsize for s, w in zip(strides, want)))
+    if len(fits) == 2 and exact == [False, True]:
+        # Both describe the memory; the strides say which one the array was made in (as a
+        # channels_last torch tensor with one channel): list that one first.
+        return (True, False)
     return tuple(fits)
 
 

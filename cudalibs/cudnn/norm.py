@@ -34,7 +34,8 @@ _plans: dict = {}
 
 
 class _BNPlan:
-    __slots__ = ("x_desc", "p_desc", "p_shape", "p_dtype", "cl", "mode", "double", "shape")
+    __slots__ = ("x_desc", "p_desc", "p_shape", "p_dtype", "cl", "mode", "train_mode", "double",
+                 "shape")
 
 
 def _plan(x, mode):
@@ -47,11 +48,17 @@ def _plan(x, mode):
     check_float(x, "x")
     shape, strides = padded(x, "x")
     fits = layout_padded(shape, strides, x.itemsize, "x")
-    cl = fits[0] if len(fits) == 1 else False
+    cl = fits[0]
     plan = _BNPlan()
     plan.double = is_double(x.dtype)
     plan.p_dtype = np.dtype(np.float64 if plan.double else np.float32)
     plan.cl, plan.mode, plan.shape = cl, BN_MODES[mode], shape
+    # Channels-last half-precision data has a fast kernel only in the persistent spatial mode
+    # (the plain one is tens of times slower there); training and backward accept it,
+    # inference does not need it.  It accumulates in float32 like the plain mode.
+    plan.train_mode = plan.mode
+    if mode == "spatial" and cl and x.dtype.itemsize == 2:
+        plan.train_mode = _lib.CUDNN_BATCHNORM_SPATIAL_PERSISTENT
     plan.x_desc = tensor_descriptor(x.dtype, shape, packed_strides(shape, cl))
     pshape = (1, shape[1], 1, 1) + (1,) * (len(shape) - 4) if mode == "spatial" else \
         (1,) + shape[1:]
@@ -150,7 +157,7 @@ def batch_norm_train(x, scale, bias, running_mean=None, running_var=None, *, mom
     h = handle_for(dev, s._handle)
     d = plan.double
     st = _lib.get().cudnnBatchNormalizationForwardTraining(
-        h.raw, plan.mode, scalar(1.0, d), scalar(0.0, d), plan.x_desc.raw, x.ptr,
+        h.raw, plan.train_mode, scalar(1.0, d), scalar(0.0, d), plan.x_desc.raw, x.ptr,
         plan.x_desc.raw, y.ptr, plan.p_desc.raw, scale.ptr, bias.ptr, momentum,
         None if rm is None else rm.ptr, None if rv is None else rv.ptr, eps, sm.ptr, siv.ptr)
     if st:
@@ -245,7 +252,7 @@ def batch_norm_backward(x, dy, scale, save_mean=None, save_inv_std=None, *, eps=
     one, zero = scalar(1.0, d), scalar(0.0, d)
     xd = plan.x_desc.raw
     st = _lib.get().cudnnBatchNormalizationBackward(
-        h.raw, plan.mode, one, zero, one, zero, xd, x.ptr, xd, dy.ptr, xd, dx.ptr,
+        h.raw, plan.train_mode, one, zero, one, zero, xd, x.ptr, xd, dy.ptr, xd, dx.ptr,
         plan.p_desc.raw, scale.ptr, dscale.ptr, dbias.ptr, eps,
         None if sm is None else sm.ptr, None if siv is None else siv.ptr)
     if st:

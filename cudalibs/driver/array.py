@@ -758,16 +758,29 @@ def empty(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
     CudaOutOfMemoryError
         The device is out of memory.
     """
-    dt = _dtypes.lookup(dtype)
-    shape = _normalize_shape(shape)
-    nbytes = _nbytes(shape, dt.itemsize)
+    try:
+        # Repeated (shape, dtype) pairs skip the parsing: the common case in a training loop.
+        shape, dt, nbytes, strides = _EMPTY_LAYOUTS[shape, dtype]
+    except (KeyError, TypeError):
+        dt = _dtypes.lookup(dtype)
+        shape_in, shape = shape, _normalize_shape(shape)
+        nbytes = _nbytes(shape, dt.itemsize)
+        strides = _c_strides(shape, dt.itemsize)
+        if type(shape_in) is tuple and len(_EMPTY_LAYOUTS) < 4096:
+            try:
+                _EMPTY_LAYOUTS[shape_in, dtype] = (shape, dt, nbytes, strides)
+            except TypeError:   # an unhashable dtype-like
+                pass
     if device is None and stream is not None:
         dev = as_stream(stream).device or as_device(None)
     else:
         dev = as_device(device)
     buf = dev.memory_pool.allocate(nbytes, stream)
-    return DeviceArray._view(buf._ptr, shape, _c_strides(shape, dt.itemsize), dt, dev, buf,
-                             None)
+    return DeviceArray._view(buf._ptr, shape, strides, dt, dev, buf, None)
+
+
+#: (shape tuple, dtype-like) -> (shape, DType, nbytes, strides) for :func:`empty`.
+_EMPTY_LAYOUTS: dict = {}
 
 
 def zeros(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:

@@ -29,7 +29,7 @@ import ctypes
 import weakref
 
 from ..errors import ClosedError, CudaLibsError
-from . import _lib, module as _module
+from . import _lib, memory as _memory, module as _module
 from ._core import raise_for
 from .device import Device, as_device
 from .stream import Stream, as_stream
@@ -134,29 +134,35 @@ class Graph:
             raise_for(st, "cuGraphGetNodes")
         return n.value
 
-    def instantiate(self, *, upload: bool = False, auto_free_on_launch: bool = False
-                    ) -> "GraphExec":
+    def instantiate(self, *, upload: bool = False, auto_free_on_launch: bool = False,
+                    stream=None) -> "GraphExec":
         """Build an executable graph.
 
         Parameters
         ----------
         upload : bool, default False
-            Upload the graph to the device at once (``CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD``)
-            rather than on its first replay.
+            Upload the graph to the device at once (``cuGraphUpload`` on ``stream``) rather
+            than on its first replay.  (The driver's ``CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD``
+            is accepted only by ``cuGraphInstantiateWithParams``, which names a stream, so
+            the upload is a separate call here.)
         auto_free_on_launch : bool, default False
             Free memory allocated by the graph and not freed in it when the graph is launched
             again (``CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH``).
+        stream : Stream, optional
+            Where the upload is queued when ``upload`` is true; ``None`` is the current stream.
         """
         h = self._check()
-        flags = (_lib.CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD if upload else 0) | (
-            _lib.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH if auto_free_on_launch else 0)
+        flags = _lib.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH if auto_free_on_launch else 0
         L = _lib.get()
         L.cuCtxSetCurrent(self._device._ctx)
         e = _lib.CUgraphExec()
         st = L.cuGraphInstantiateWithFlags(ctypes.byref(e), h, flags)
         if st:
             raise_for(st, "cuGraphInstantiateWithFlags")
-        return GraphExec._make(e, self._device, set(self._modules))
+        exe = GraphExec._make(e, self._device, set(self._modules))
+        if upload:
+            exe.upload(stream)
+        return exe
 
     def debug_dot(self, path) -> None:
         """Write the graph in Graphviz DOT form to ``path`` (``cuGraphDebugDotPrint``)."""
@@ -347,6 +353,7 @@ class capture:
         self._graph = Graph._empty(dev)
         self._sink = set()
         _module._capture_sinks.append(self._sink)
+        _memory._begin_capture()
         return self._graph
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -357,6 +364,7 @@ class capture:
         g = self._graph
         h = _lib.CUgraph()
         st = _lib.get().cuStreamEndCapture(self._stream._h, ctypes.byref(h))
+        _memory._end_capture()
         if exc_type is not None:
             # The block failed: discard whatever was captured and let its error through.
             if not st and h:

@@ -40,15 +40,41 @@ def _check_nbytes(nbytes) -> int:
     return nbytes
 
 
+# While a cudalibs.graph.capture block is open, frees that the capture forbids (a synchronous
+# cuMemFree, or a free on the legacy stream, which joins every blocking stream) would
+# invalidate it; they can be triggered by the garbage collector at any allocation.  They wait
+# here and run when the last capture ends.
+_captures = [0]
+_deferred: list = []
+
+
+def _begin_capture() -> None:
+    _captures[0] += 1
+
+
+def _end_capture() -> None:
+    _captures[0] -= 1
+    if _captures[0] == 0:
+        while _deferred:
+            fn, args = _deferred.pop()
+            fn(*args)
+
+
 def _free_sync(free, set_ctx, ctx, ptr):
+    if _captures[0]:
+        _deferred.append((_free_sync, (free, set_ctx, ctx, ptr)))
+        return
     set_ctx(ctx)
     free(ptr)
 
 
 def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream):
-    set_ctx(ctx)
     # A stream closed before the buffer: free on the legacy stream, which orders itself after
     # all blocking work of the context.
+    if _captures[0] and not (alive[0] and stream_h):
+        _deferred.append((_free_async, (free, set_ctx, ctx, ptr, stream_h, alive, null_stream)))
+        return
+    set_ctx(ctx)
     free(ptr, stream_h if alive[0] else null_stream)
 
 

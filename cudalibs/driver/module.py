@@ -90,6 +90,14 @@ def check_ptx_version(isa, driver) -> str | None:
 # int is exact for the ``unsigned int`` parameter.)
 _launch_fn = None
 
+# What cuLaunchKernel answers when the current context is not the function's (another
+# device's, or none in a fresh thread): CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_CONTEXT.
+_WRONG_CONTEXT = frozenset((400, 201))
+
+
+def _set_current(ctx) -> None:
+    _lib.get().cuCtxSetCurrent(ctx)
+
 
 def _raw_launch():
     """``cuLaunchKernel`` as an untyped ctypes function pointer (bound once)."""
@@ -884,8 +892,15 @@ class Kernel:
             _note_capture(self._module)
         st = (_launch_fn or _raw_launch())(self._f, *dims, h, ptr, None)
         if st:
-            raise_for(st, "cuLaunchKernel", f"kernel {self._name}, grid {dims[:3]}, block "
-                      f"{dims[3:6]}, shared memory {dims[6]}")
+            if st in _WRONG_CONTEXT:
+                # Another device's context (or none) is current in this thread: the function
+                # belongs to its module's context.  Retrying here keeps the common case free
+                # of a cuCtxSetCurrent call.
+                _lib.get().cuCtxSetCurrent(self._device._ctx)
+                st = _launch_fn(self._f, *dims, h, ptr, None)
+            if st:
+                raise_for(st, "cuLaunchKernel", f"kernel {self._name}, grid {dims[:3]}, "
+                          f"block {dims[3:6]}, shared memory {dims[6]}")
 
     __call__ = launch
 
@@ -942,7 +957,9 @@ class Kernel:
         if _capture_sinks:
             _note_capture(self._module)
         params = ctypes.cast(ctypes.c_void_p(blk.address), ctypes.POINTER(ctypes.c_void_p))
-        st = _lib.get().cuLaunchKernelEx(ctypes.byref(cfg), self._f, params, None)
+        L = _lib.get()
+        L.cuCtxSetCurrent(self._device._ctx)
+        st = L.cuLaunchKernelEx(ctypes.byref(cfg), self._f, params, None)
         if st:
             raise_for(st, "cuLaunchKernelEx", f"kernel {self._name}, grid {dims[:3]}, block "
                       f"{dims[3:6]}, cluster {cluster}, cooperative {cooperative}")
@@ -999,7 +1016,8 @@ class Launcher:
                   params=ptr, fixed=self._stream, tls=_tls, default_stream=default_stream,
                   dev=kernel._device, check_stream=kernel._stream_handle, sinks=_capture_sinks,
                   note=_note_capture, module=kernel._module, fail=self._fail,
-                  call_ex=self._call_ex)
+                  call_ex=self._call_ex, wrong_ctx=_WRONG_CONTEXT,
+                  set_ctx=_set_current)
         body = ["if not alive[0]: closed()"] + lines
         if self._stream is not None:
             body += ["s = fixed", "if not s._alive[0]: check_stream(s)"]
@@ -1015,8 +1033,13 @@ class Launcher:
         if self._ex is not None:
             body += ["return call_ex(s)"]
         else:
-            body += [f"st = fn(f, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, {sm}, s._h, params, None)",
-                     "if st: fail(st)"]
+            call = f"fn(f, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, {sm}, s._h, params, None)"
+            body += [f"st = {call}",
+                     "if st:",
+                     "    if st in wrong_ctx:",
+                     "        set_ctx(dev._ctx)",
+                     f"        st = {call}",
+                     "    if st: fail(st)"]
         src = "def call(args):\n" + "".join(f"    {line}\n" for line in body)
         exec(src, ns)  # noqa: S102 - generated from the signature and geometry, no user text
         return ns["call"]
@@ -1035,6 +1058,7 @@ class Launcher:
     def _call_ex(self, s):
         cfg, _attrs, params, fn = self._ex
         cfg.hStream = s._h
+        _lib.get().cuCtxSetCurrent(self._kernel._device._ctx)
         st = fn(ctypes.byref(cfg), self._kernel._f, params, None)
         if st:
             raise_for(st, "cuLaunchKernelEx", f"kernel {self._kernel._name}")

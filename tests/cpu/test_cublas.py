@@ -130,6 +130,22 @@ def test_mapping_transpose_flags():
     assert not (g.copy_a or g.copy_b)
 
 
+@pytest.mark.parametrize("a_f, b_f", [(False, False), (False, True), (True, False),
+                                      (True, True)])
+def test_mapping_tn_only_for_int8(a_f, b_f):
+    """int8 runs in cuBLAS's TN form only: a row-major, b column-major, else a copy."""
+    M, K, N = 6, 8, 12
+    a = np.zeros((K, M), np.int8).T if a_f else np.zeros((M, K), np.int8)
+    b = np.zeros((N, K), np.int8).T if b_f else np.zeros((K, N), np.int8)
+    g = cublas.gemm_args(a.shape, a.strides, b.shape, b.strides, None, 1, 4, tn_only=True)
+    assert (g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb) == (T_, N_, N, M, K, K, K)
+    assert g.copy_a is a_f
+    assert g.copy_b == (False if b_f else "F")
+    # The same operands without the restriction never copy.
+    g = cublas.gemm_args(a.shape, a.strides, b.shape, b.strides, None, 1, 4)
+    assert not (g.copy_a or g.copy_b)
+
+
 def test_mapping_out_with_row_stride():
     a = np.ones((3, 2), np.float32)
     b = np.ones((2, 4), np.float32)

@@ -152,10 +152,13 @@ def test_gemm_reuses_plan(fakes):
 
 def test_gemm_int8_and_complex(fakes):
     dev, blas, _ = fakes
-    a, b = _arr(dev, (4, 8), np.int8), _arr(dev, (8, 12), np.int8)
+    # int8 runs only in cuBLAS's TN form: a row-major, b column-major (a transposed view).
+    a, b = _arr(dev, (4, 8), np.int8), _arr(dev, (12, 8), np.int8).T
     out = _arr(dev, (4, 12), np.int32)
     cublas.gemm(a, b, out, alpha=2)
     call = blas.cublasGemmEx.calls[-1]
+    assert call[1:3] == (T_, N_)
+    assert (call[9], call[12]) == (8, 8)
     assert (call[8], call[15], call[17]) == (_dtypes.CUDA_R["R_8I"], _dtypes.CUDA_R["R_32I"],
                                              _dtypes.COMPUTE["COMPUTE_32I"])
     assert ctypes.c_int32.from_address(call[6]).value == 2

@@ -27,6 +27,14 @@ def device():
     return dev
 
 
+@pytest.fixture(autouse=True)
+def _device0_current():
+    """Each test starts with device 0's context current, whatever the last one left."""
+    if _REASON is None:
+        cudalibs.Device(0).set_current()
+    yield
+
+
 @pytest.fixture(scope="session")
 def two_devices():
     if cudalibs.device_count() < 2:

@@ -154,7 +154,15 @@ def test_softmax(device, shape, dtype, cl_, algorithm, mode, seed):
     dx = cudnn.softmax_backward(y, dy, algorithm=algorithm, mode=mode,
                                 out=poisoned(shape, xh.dtype, cl_))
     # the gradient is taken at cuDNN's own output, as cuDNN does
-    T.assert_close(dx, ref.softmax_backward(y.get(), dyh, axis=axis, log=log), dtype)
+    want = ref.softmax_backward(y.get(), dyh, axis=axis, log=log)
+    if np.prod([shape[a] for a in np.atleast_1d(axis)]) == 1:
+        # Over a single element the gradient is zero: compare with dy's scale, since a
+        # relative error of rounding noise around zero means nothing.
+        got = np.abs(dx.get().astype(np.float64)).max()
+        assert got <= T.TOLERANCES[np.dtype(xh.dtype).name] * np.abs(dyh.astype(
+            np.float64)).max(), got
+        return
+    T.assert_close(dx, want, dtype)
 
 
 @GPU

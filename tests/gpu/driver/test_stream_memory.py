@@ -232,9 +232,12 @@ def test_pool_allocation_and_free_order(device):
 
 
 def test_alloc_free_cycles_return_memory(device):
+    gc.collect()
     device.synchronize()
     pool = device.memory_pool
     pool.trim()
+    # Other tests' live arrays and caches may hold pool memory: count only this test's.
+    start_used = pool.used_bytes
     start_free = device.mem_info()[0]
     s = cl.Stream()
     for _ in range(100_000):
@@ -243,7 +246,7 @@ def test_alloc_free_cycles_return_memory(device):
         cl.alloc(1 << 20).close()
     s.sync()
     pool.trim()
-    assert pool.used_bytes == 0
+    assert pool.used_bytes <= start_used
     end_free = device.mem_info()[0]
     assert abs(end_free - start_free) <= 4 << 20, (start_free, end_free)
 
