@@ -29,7 +29,7 @@ import ctypes
 import weakref
 
 from ..errors import ClosedError, CudaLibsError
-from . import _lib, memory as _memory, module as _module
+from . import _capture, _lib, module as _module
 from ._core import raise_for
 from .device import Device, as_device
 from .stream import Stream, as_stream
@@ -309,9 +309,13 @@ class capture:
     ----------
     stream : Stream
         A non-default stream (the legacy default stream cannot be captured).
-    mode : {"global", "thread_local", "relaxed"}, default "global"
-        Which potentially unsafe calls (synchronous allocation, ...) other threads may make
-        during the capture (``CUstreamCaptureMode``).
+    mode : {"thread_local", "global", "relaxed"}, default "thread_local"
+        Where potentially unsafe calls (synchronous allocation or free, legacy-stream work,
+        ...) invalidate the capture (``CUstreamCaptureMode``): ``"thread_local"``, only in
+        the capturing thread, so that service threads of other libraries (NCCL's proxy
+        threads, a framework's allocator) cannot break it; ``"global"``, in any thread;
+        ``"relaxed"``, nowhere.  Frees and destroys that cudalibs' own finalizers would make
+        during the block wait until it ends, whatever the mode.
 
     Raises
     ------
@@ -324,7 +328,7 @@ class capture:
 
     __slots__ = ("_stream", "_mode", "_graph", "_sink")
 
-    def __init__(self, stream: Stream, mode: str = "global"):
+    def __init__(self, stream: Stream, mode: str = "thread_local"):
         if stream is None:
             raise ValueError("capture needs an explicit non-default stream "
                              "(cudalibs.Stream())")
@@ -353,7 +357,7 @@ class capture:
         self._graph = Graph._empty(dev)
         self._sink = set()
         _module._capture_sinks.append(self._sink)
-        _memory._begin_capture()
+        _capture.begin()
         return self._graph
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -364,7 +368,7 @@ class capture:
         g = self._graph
         h = _lib.CUgraph()
         st = _lib.get().cuStreamEndCapture(self._stream._h, ctypes.byref(h))
-        _memory._end_capture()
+        _capture.end()
         if exc_type is not None:
             # The block failed: discard whatever was captured and let its error through.
             if not st and h:

@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from ..errors import ClosedError, CudaLibsError
-from . import _lib
+from . import _capture, _lib
 from ._core import raise_for
 from .device import Device, as_device
 from .stream import Stream, as_stream
@@ -40,29 +40,8 @@ def _check_nbytes(nbytes) -> int:
     return nbytes
 
 
-# While a cudalibs.graph.capture block is open, frees that the capture forbids (a synchronous
-# cuMemFree, or a free on the legacy stream, which joins every blocking stream) would
-# invalidate it; they can be triggered by the garbage collector at any allocation.  They wait
-# here and run when the last capture ends.
-_captures = [0]
-_deferred: list = []
-
-
-def _begin_capture() -> None:
-    _captures[0] += 1
-
-
-def _end_capture() -> None:
-    _captures[0] -= 1
-    if _captures[0] == 0:
-        while _deferred:
-            fn, args = _deferred.pop()
-            fn(*args)
-
-
 def _free_sync(free, set_ctx, ctx, ptr):
-    if _captures[0]:
-        _deferred.append((_free_sync, (free, set_ctx, ctx, ptr)))
+    if _capture.defer(_free_sync, (free, set_ctx, ctx, ptr)):
         return
     set_ctx(ctx)
     free(ptr)
@@ -71,8 +50,10 @@ def _free_sync(free, set_ctx, ctx, ptr):
 def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream):
     # A stream closed before the buffer: free on the legacy stream, which orders itself after
     # all blocking work of the context.
-    if _captures[0] and not (alive[0] and stream_h):
-        _deferred.append((_free_async, (free, set_ctx, ctx, ptr, stream_h, alive, null_stream)))
+    # During a capture only a free on a live stream of our own is safe (on the capturing
+    # stream it becomes a free node of the graph); anything else waits for the capture's end.
+    if not (alive[0] and stream_h) and _capture.defer(
+            _free_async, (free, set_ctx, ctx, ptr, stream_h, alive, null_stream)):
         return
     set_ctx(ctx)
     free(ptr, stream_h if alive[0] else null_stream)
@@ -432,6 +413,8 @@ def alloc_async(nbytes: int, stream=None, device=None) -> DeviceBuffer:
 
 
 def _free_host(free, ptr):
+    if _capture.defer(_free_host, (free, ptr)):
+        return
     free(ptr)
 
 

@@ -31,7 +31,7 @@ from threading import get_ident as _get_ident
 from typing import NamedTuple
 
 from ..errors import ClosedError, CudaError, CudaLibsError
-from . import _lib, _params
+from . import _capture, _lib, _params
 from ._core import driver_version, raise_for
 from .array import DeviceArray, asarray
 from .device import Device, as_device
@@ -110,6 +110,8 @@ def _raw_launch():
 
 def _unload(unload, set_ctx, ctx, handle, alive):
     alive[0] = False
+    if _capture.defer(_unload, (unload, set_ctx, ctx, handle, alive)):
+        return
     set_ctx(ctx)
     unload(handle)
 

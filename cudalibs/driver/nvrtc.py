@@ -249,8 +249,12 @@ def cuda_include_dirs() -> tuple[str, ...]:
                     d = None
                 if d and d not in dirs:
                     dirs.append(d)
-        if not any(os.path.exists(os.path.join(d, "cuda_fp16.h")) for d in dirs):
-            # No wheel headers: a toolkit install (CUDA_HOME, CUDA_PATH, the usual prefix).
+        # crt/ (mma.h's implementation, for WMMA) ships in a wheel of its own that is often
+        # missing beside the runtime's: then the toolkit's headers complete the set.
+        if not all(any(os.path.exists(os.path.join(d, h)) for d in dirs)
+                   for h in ("cuda_fp16.h", os.path.join("crt", "mma.h"))):
+            # No (complete) wheel headers: a toolkit install (CUDA_HOME, CUDA_PATH, the usual
+            # prefix).
             for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
                          "/usr/local/cuda"):
                 d = os.path.join(root, "include") if root else None

@@ -16,7 +16,7 @@ import threading
 import weakref
 
 from ..errors import ClosedError
-from . import _lib
+from . import _capture, _lib
 from ._core import raise_for, ready
 from .device import Device, as_device
 
@@ -27,11 +27,15 @@ _tls = threading.local()
 
 def _destroy_stream(destroy, set_ctx, ctx, handle, alive):
     alive[0] = False
+    if _capture.defer(_destroy_stream, (destroy, set_ctx, ctx, handle, alive)):
+        return
     set_ctx(ctx)
     destroy(handle)
 
 
 def _destroy_event(destroy, set_ctx, ctx, handle):
+    if _capture.defer(_destroy_event, (destroy, set_ctx, ctx, handle)):
+        return
     set_ctx(ctx)
     destroy(handle)
 

@@ -282,3 +282,18 @@ def test_report_runs_and_exits_zero():
         assert "no NVIDIA driver found" in text or "devices: 0" in text
         assert "self-check: skipped (no GPU)" in text
     assert "Traceback" not in out.stderr
+
+
+def test_finalizer_calls_wait_for_the_end_of_a_capture():
+    from cudalibs.driver import _capture
+
+    ran = []
+    assert not _capture.defer(ran.append, (0,))      # no capture open: the caller runs it
+    _capture.begin()
+    _capture.begin()
+    assert _capture.defer(ran.append, (1,))
+    _capture.end()
+    assert ran == []                                  # one block is still open
+    _capture.end()
+    assert ran == [1]
+    assert not _capture.defer(ran.append, (2,))

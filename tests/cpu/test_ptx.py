@@ -149,12 +149,12 @@ def test_build_check_exits_nonzero_on_a_stale_file(tmp_path):
 
 
 def _nvrtc_options():
-    from cuda import pathfinder
+    from cudalibs.driver import nvrtc
 
-    include = pathfinder.find_nvidia_header_directory("cudart")
-    if include is None:
+    include = nvrtc.cuda_include_dirs()
+    if not include:
         pytest.skip("no CUDA headers (cuda_fp16.h, mma.h) found by cuda.pathfinder")
-    return ["-arch=compute_75", "-std=c++17", f"-I{P.DIRECTORY}", f"-I{include}"]
+    return ["-arch=compute_75", "-std=c++17", f"-I{P.DIRECTORY}", *(f"-I{d}" for d in include)]
 
 
 @pytest.mark.parametrize("stem", STEMS)

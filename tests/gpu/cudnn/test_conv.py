@@ -9,6 +9,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 import cudalibs as cl
+from cudalibs.cudnn.descriptors import layouts_of
 from cudalibs import cudnn
 from cudalibs import testing as T
 from cudalibs.testing import ref
@@ -63,7 +64,8 @@ def test_conv_forward(device, p, dtype, cl_, algo, seed):
     # a new output is allocated in the input's layout
     y2 = cudnn.conv_forward(x, w, algo=algo, **_params(p))
     assert y2.shape == yshape and y2.dtype == xh.dtype
-    if cl_:
+    if cl_ and len(layouts_of(x.shape, x.strides, x.itemsize)) == 1:
+        # (inputs whose size-1 dimensions fit both layouts carry no layout to follow)
         assert is_channels_last(y2)
     T.assert_close(y2, ref.conv_forward(xh, wh, **_params(p)), dtype, msg=_plan_note("forward"))
 
