@@ -86,8 +86,11 @@ def load_torch() -> Peer:
 def load_cupy() -> Peer:
     """Import CuPy (and cupyx) if it is installed and sees a CUDA GPU."""
     try:
+        import importlib
+
         import cupy
-        import cupyx  # noqa: F401  (cupyx.empty_pinned is used through cupy's namespace)
+        # cupyx (cupyx.empty_pinned) must be importable too; it is used through cupy's namespace.
+        importlib.import_module("cupyx")
 
         cupy.cuda.runtime.getDeviceCount()
         rt = cupy.cuda.runtime.runtimeGetVersion()
