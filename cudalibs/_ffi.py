@@ -15,12 +15,13 @@ ctypes' ``errcheck`` hook, which costs roughly three times more per call.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import Any, NamedTuple, Sequence
 
-from .errors import FunctionNotFoundError
+from .errors import ClosedError, FunctionNotFoundError
 
-__all__ = ["Proto", "BoundLibrary", "LazyLibrary", "bind", "make_raiser", "opaque_handle",
-           "property_version"]
+__all__ = ["Proto", "OwnedHandle", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
+           "opaque_handle", "property_version"]
 
 
 class Proto(NamedTuple):
@@ -236,3 +237,50 @@ def property_version(get_property, raise_for, function: str) -> tuple[int, int, 
             raise_for(st, function)
         parts.append(value.value)
     return tuple(parts)
+
+
+def _call_free(free, raw) -> None:
+    free(raw)
+
+
+class OwnedHandle:
+    """Base of the small RAII objects that own one C handle freed by one call (cuDNN and
+    cuBLASLt descriptors): ``raw``/``handle``, ``close()`` (idempotent), ``with``.
+
+    A subclass calls :meth:`_own` right after the create call succeeds.  The finalizer holds
+    the free function and the raw handle, never the object, and does not run at interpreter
+    exit, when the library it would call may already be gone.
+    """
+
+    __slots__ = ("_raw", "_finalizer", "__weakref__")
+
+    def _own(self, raw, free) -> None:
+        self._raw = raw
+        self._finalizer = weakref.finalize(self, _call_free, free, raw)
+        self._finalizer.atexit = False
+
+    @property
+    def raw(self):
+        """The ctypes handle, for the raw layer (raises :class:`ClosedError` once closed)."""
+        if not self._finalizer.alive:
+            raise ClosedError(f"{type(self).__name__} is closed")
+        return self._raw
+
+    @property
+    def handle(self) -> int:
+        """The handle as an int."""
+        return ctypes.cast(self.raw, ctypes.c_void_p).value or 0
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Free the handle now; calling it again does nothing."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

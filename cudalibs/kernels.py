@@ -42,7 +42,7 @@ import numpy as np
 
 from . import dtypes as _dtypes
 from . import ptx as _ptx
-from .driver.array import DeviceArray, asarray, empty
+from .driver.array import DeviceArray, arrays_overlap, asarray, empty
 from .driver.stream import as_stream
 from .errors import ClosedError
 
@@ -204,22 +204,11 @@ def _array(x, op: str, name: str, dts=None, *, ndim=None, device=None, stream=No
     return arr
 
 
-def _span(a: DeviceArray) -> tuple[int, int]:
-    return a._ptr, a._ptr + a.nbytes
-
-
-def _overlap(a: DeviceArray, b: DeviceArray) -> bool:
-    if a.nbytes == 0 or b.nbytes == 0:
-        return False
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a0 < b1 and b0 < a1
-
-
 def _check_no_overlap(op: str, out: DeviceArray, inputs, *, same_ok: bool) -> None:
     """Refuse an output that overlaps an input, except (when ``same_ok``) the very same
     elements, which elementwise kernels read before writing."""
     for name, a in inputs:
-        if _overlap(out, a):
+        if arrays_overlap(out, a):
             if same_ok and out._ptr == a._ptr and out.shape == a.shape and out.dtype == a.dtype:
                 continue
             raise ValueError(f"{op}: out overlaps {name}" +

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import dtypes as _dtypes
 from ..driver import _lib as _drv
-from ..driver.array import DeviceArray, asarray, empty
+from ..driver.array import DeviceArray, asarray, byte_extent, empty, spans_overlap
 from ..driver.stream import Event, as_stream
 from ..errors import ClosedError
 from . import _lib
@@ -318,18 +318,6 @@ _plans_lock = threading.Lock()
 _MAX_PLANS = 4096
 
 
-def _extent(shape, strides, itemsize):
-    lo = hi = 0
-    for n, st in zip(shape, strides):
-        if n == 0:
-            return 0, 0
-        if st < 0:
-            lo += (n - 1) * st
-        else:
-            hi += (n - 1) * st
-    return lo, hi + itemsize
-
-
 def _split(shape, strides, what):
     """(batch, batch stride in bytes, matrix shape, matrix strides) of a 2-D or 3-D operand."""
     if len(shape) == 2:
@@ -425,18 +413,12 @@ def _make_plan(a: DeviceArray, b: DeviceArray, out, compute, algo, batched: bool
     p.algo = algo_v
     p.one = _scalar(1, combo.scale, "alpha")
     p.zero = _scalar(0, combo.scale, "beta")
-    p.a_ext = _extent(a._shape, a._strides, item)
-    p.b_ext = _extent(b._shape, b._strides, item)
-    p.c_ext = None if out is None else _extent(out._shape, out._strides, oitem)
+    p.a_ext = byte_extent(a._shape, a._strides, item)
+    p.b_ext = byte_extent(b._shape, b._strides, item)
+    p.c_ext = None if out is None else byte_extent(out._shape, out._strides, oitem)
     p.c_nbytes = 0
     p.memo = {}
     return p
-
-
-def _overlaps(p1, ext1, p2, ext2) -> bool:
-    lo1, hi1 = p1 + ext1[0], p1 + ext1[1]
-    lo2, hi2 = p2 + ext2[0], p2 + ext2[1]
-    return lo1 < hi2 and lo2 < hi1 and hi1 > lo1 and hi2 > lo2
 
 
 def _as_array(x, what):
@@ -503,8 +485,8 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
         if buf is not None and buf._ptr is None:
             raise ClosedError("out's buffer is closed")
         c_ptr = out._ptr
-        if _overlaps(c_ptr, p.c_ext, a._ptr, p.a_ext) or _overlaps(c_ptr, p.c_ext, b._ptr,
-                                                                     p.b_ext):
+        if (spans_overlap(c_ptr, p.c_ext, a._ptr, p.a_ext)
+                or spans_overlap(c_ptr, p.c_ext, b._ptr, p.b_ext)):
             raise ValueError("out overlaps an input; cuBLAS reads the inputs while writing "
                              "out, so they must not share memory")
     x = p.args
@@ -680,7 +662,7 @@ def gemm_batched(a_list, b_list, out_list=None, *, alpha=1, beta=0, compute=None
     else:
         for o in out_list:
             for x in a_list + b_list:
-                if _overlaps(o._ptr, p.c_ext, x._ptr, _extent(x._shape, x._strides,
+                if spans_overlap(o._ptr, p.c_ext, x._ptr, byte_extent(x._shape, x._strides,
                                                                x.itemsize)):
                     raise ValueError("an out matrix overlaps an input")
     host = np.array([[x._ptr for x in b_list], [x._ptr for x in a_list],

@@ -24,13 +24,14 @@ from __future__ import annotations
 import ctypes
 import statistics
 import threading
-import weakref
 
 import numpy as np
 
 from .. import dtypes as _dtypes
+from .._ffi import OwnedHandle
 from ..driver import _lib as _drv
-from ..driver.array import DeviceArray, asarray, empty, to_device
+from ..driver.array import (DeviceArray, asarray, byte_extent, empty, spans_overlap,
+                            to_device)
 from ..driver.device import as_device
 from ..driver.stream import Event, as_stream
 from ..errors import ClosedError
@@ -71,47 +72,13 @@ def _resolve(attr, table: dict, what: str):
     raise ValueError(f"unknown {what} attribute {attr!r}")
 
 
-def _destroy(fn, raw) -> None:
-    fn(raw)
-
-
-class _Descriptor:
+class _Descriptor(OwnedHandle):
     """Shared lifetime and attribute access of the three cuBLASLt descriptor kinds."""
 
-    __slots__ = ("_raw", "_finalizer", "__weakref__")
+    __slots__ = ()
     _what = "descriptor"
     _attrs: dict = {}
     _set_name = _get_name = ""
-
-    def _own(self, raw, destroy) -> None:
-        self._raw = raw
-        self._finalizer = weakref.finalize(self, _destroy, destroy, raw)
-
-    @property
-    def raw(self):
-        """The ctypes handle (raises :class:`ClosedError` after :meth:`close`)."""
-        if not self._finalizer.alive:
-            raise ClosedError(f"{self._what} is closed")
-        return self._raw
-
-    @property
-    def handle(self) -> int:
-        """The handle as an int."""
-        return ctypes.cast(self.raw, ctypes.c_void_p).value or 0
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        """Destroy the descriptor.  Calling it again does nothing."""
-        self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def set(self, attr, value) -> None:
         """Set an attribute, by vendor enum value or lower-case short name (``"ld"``)."""
@@ -423,7 +390,7 @@ class Matmul:
     __slots__ = ("_device", "_desc", "_layouts", "_pref", "_candidates", "_choice", "_algo",
                  "_alpha", "_beta", "_specs", "_out_shape", "_out_dtype", "_epi", "_bias_len",
                  "_bias_dtype", "_aux_shape", "_aux_dtype", "_aux_ld", "_align", "_set_ptrs",
-                 "_fp8", "_batch", "_mnk", "_tuned", "_closed", "__weakref__")
+                 "_fp8", "_batch", "_mnk", "_tuned", "_closed", "_exts", "__weakref__")
 
     def __init__(self, a, b, c=None, *, out=None, out_dtype=None, compute=None, epilogue=None,
                  alpha=1, beta=0, aux_ld=None, fast_accum=False, device=None,
@@ -615,6 +582,14 @@ class Matmul:
             self._fp8 = fp8
             self._batch = batch
             self._mnk = (M, N, K)
+            # Byte extents of a, b and out (their strides are fixed by the plan), so that
+            # execute() checks aliasing with additions only.
+            oi = od.itemsize
+            self._exts = (byte_extent(*self._specs[0][:2], ab.itemsize),
+                          byte_extent(*self._specs[1][:2], bb.itemsize),
+                          byte_extent(out_shape, tuple(
+                              v * oi for v in ((bso, ldo, 1) if len(out_shape) == 3
+                                               else (ldo, 1))), oi))
             self._tuned = False
             # Last pointer written to each descriptor attribute, so execute() sets only
             # those that changed.
@@ -919,10 +894,10 @@ class Matmul:
             self._set_ptr("b_scale_pointer", self._scale_ptr(a_scale, "a_scale", dev))
         elif a_scale is not None or b_scale is not None:
             raise ValueError("a_scale/b_scale apply to fp8 matmuls only")
-        # A cheap guard against the common aliasing mistake (out is a or b); partial overlaps
-        # of distinct views are not checked here.
-        if d_ptr == a_ptr or d_ptr == b_ptr:
-            raise ValueError("out is the same memory as an input")
+        ea, eb, ed = self._exts
+        if spans_overlap(d_ptr, ed, a_ptr, ea) or spans_overlap(d_ptr, ed, b_ptr, eb):
+            raise ValueError("out overlaps an input: cuBLASLt reads the inputs while writing "
+                             "out, so they must not share the same memory")
         _drv.get().cuCtxSetCurrent(dev._ctx)
         la, lb, lc = self._layouts
         ws = workspace(dev, s._handle)

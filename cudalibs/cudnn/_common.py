@@ -99,6 +99,12 @@ def out_hint(out) -> bool | None:
     return fits[0] if len(fits) == 1 else None
 
 
+def out_key(out):
+    """What of ``out`` goes into a plan's cache key: its strides, which decide the output
+    layout when the inputs fit both (:func:`out_hint`, worked out on a cache miss only)."""
+    return out._strides if type(out) is DeviceArray else None
+
+
 def pick_layout(*fits_and_names, prefer: bool | None = None) -> bool:
     """One channels_last value every operand fits (pairs of (fits, name)); when all are
     ambiguous, ``prefer`` (the layout of a given output, see :func:`out_hint`) or NCHW,

@@ -51,8 +51,8 @@ import numpy as np
 from ..errors import CudaLibsError
 from . import _lib
 from ._base import last_error_string, raise_for, version
-from ._common import (as_array, check_float, is_double, layout_of, out_hint, output,
-                      pick_layout, same_device, scalar, scratch, stream_of, tuple_arg)
+from ._common import (as_array, check_float, is_double, layout_of, out_hint, out_key,
+                      output, pick_layout, same_device, scalar, scratch, stream_of, tuple_arg)
 from .descriptors import (MATH_TYPES, activation_descriptor, check_conv_params,
                           convolution_descriptor, filter_descriptor, layout_name,
                           packed_strides, tensor_descriptor)
@@ -456,6 +456,29 @@ def _store(key, plan):
     return plan
 
 
+def _planned(op, a, an, b, bn, extra, out, stream, workspace_limit, conv, build):
+    """The shared front of the three convolutions: check and coerce the operands, find the
+    plan for the problem in the cache (``build(key, a, b, dev, s, limit, prefer)`` makes it
+    on a miss) and check or allocate the output.
+
+    Returns ``(plan, dev, stream, a, b, out)``.
+    """
+    a = as_array(a, an)
+    b = as_array(b, bn)
+    dev = a._device
+    if b._device is not dev:
+        same_device(dev, **{bn: b})
+    s = stream_of(stream, dev)
+    limit = _default_limit() if workspace_limit is None else int(workspace_limit)
+    key = _common_key(op, dev, a, b, *conv, limit, (extra, out_key(out)))
+    plan = _lookup(key)
+    if plan is None:
+        plan = _store(key, build(key, a, b, dev, s, limit, out_hint(out)))
+    y = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
+               strides=plan.out_strides)
+    return plan, dev, s, a, b, y
+
+
 # -- forward --------------------------------------------------------------------------------------
 def _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups, algo, math,
                   deterministic, limit, op_name="forward", prefer=None):
@@ -534,22 +557,12 @@ def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     CudnnError
         cuDNN rejected the problem (the message says which and includes its own account).
     """
-    x = as_array(x, "x")
-    w = as_array(w, "w")
-    dev = x._device
-    if w._device is not dev:
-        same_device(dev, w=w)
-    s = stream_of(stream, dev)
-    limit = _default_limit() if workspace_limit is None else int(workspace_limit)
-    hint = None if out is None else out_hint(out)
-    key = _common_key("forward", dev, x, w, stride, padding, dilation, groups, algo, math,
-                      deterministic, limit, hint)
-    plan = _lookup(key)
-    if plan is None:
-        plan = _store(key, _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups,
-                                         algo, math, deterministic, limit, prefer=hint))
-    y = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
-               strides=plan.out_strides)
+    plan, dev, s, x, w, y = _planned(
+        "forward", x, "x", w, "w", None, out, stream, workspace_limit,
+        (stride, padding, dilation, groups, algo, math, deterministic),
+        lambda key, x, w, dev, s, limit, prefer: _forward_plan(
+            key, x, w, dev, s, stride, padding, dilation, groups, algo, math, deterministic,
+            limit, prefer=prefer))
     if bias is not None:
         bias = _bias_arg(bias, plan, dev)
     _execute(plan, dev, s, x._ptr, w._ptr, y.ptr, alpha, beta)
@@ -624,26 +637,15 @@ def conv_backward_data(dy, w, x_shape=None, *, stride=1, padding=0, dilation=1, 
     ValueError, TypeError, NoAlgorithmError, CudnnError
         As for :func:`conv_forward`; also when ``x_shape`` does not convolve to ``dy``'s shape.
     """
-    dy = as_array(dy, "dy")
-    w = as_array(w, "w")
-    dev = dy._device
-    if w._device is not dev:
-        same_device(dev, w=w)
-    s = stream_of(stream, dev)
-    limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     if x_shape is None and out is not None:
         x_shape = as_array(out, "out").shape
     xs = None if x_shape is None else tuple(int(v) for v in x_shape)
-    hint = None if out is None else out_hint(out)
-    key = _common_key("backward_data", dev, dy, w, stride, padding, dilation, groups, algo,
-                      math, deterministic, limit, (xs, hint))
-    plan = _lookup(key)
-    if plan is None:
-        plan = _store(key, _backward_data_plan(key, dy, w, xs, dev, s, stride, padding,
-                                               dilation, groups, algo, math, deterministic,
-                                               limit, prefer=hint))
-    dx = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
-               strides=plan.out_strides)
+    plan, dev, s, dy, w, dx = _planned(
+        "backward_data", dy, "dy", w, "w", xs, out, stream, workspace_limit,
+        (stride, padding, dilation, groups, algo, math, deterministic),
+        lambda key, dy, w, dev, s, limit, prefer: _backward_data_plan(
+            key, dy, w, xs, dev, s, stride, padding, dilation, groups, algo, math,
+            deterministic, limit, prefer=prefer))
     _execute(plan, dev, s, w._ptr, dy._ptr, dx.ptr, alpha, beta)
     return dx
 
@@ -709,28 +711,17 @@ def conv_backward_filter(x, dy, filter_shape=None, *, stride=1, padding=0, dilat
     ValueError, TypeError, NoAlgorithmError, CudnnError
         As for :func:`conv_forward`; also when neither ``filter_shape`` nor ``out`` is given.
     """
-    x = as_array(x, "x")
-    dy = as_array(dy, "dy")
-    dev = x._device
-    if dy._device is not dev:
-        same_device(dev, dy=dy)
-    s = stream_of(stream, dev)
-    limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     if filter_shape is None:
         if out is None:
             raise ValueError("conv_backward_filter needs filter_shape or out")
         filter_shape = as_array(out, "out").shape
     ws_ = tuple(int(v) for v in filter_shape)
-    hint = None if out is None else out_hint(out)
-    key = _common_key("backward_filter", dev, x, dy, stride, padding, dilation, groups, algo,
-                      math, deterministic, limit, (ws_, hint))
-    plan = _lookup(key)
-    if plan is None:
-        plan = _store(key, _backward_filter_plan(key, x, dy, ws_, dev, s, stride, padding,
-                                                 dilation, groups, algo, math, deterministic,
-                                                 limit, prefer=hint))
-    dw = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
-               strides=plan.out_strides)
+    plan, dev, s, x, dy, dw = _planned(
+        "backward_filter", x, "x", dy, "dy", ws_, out, stream, workspace_limit,
+        (stride, padding, dilation, groups, algo, math, deterministic),
+        lambda key, x, dy, dev, s, limit, prefer: _backward_filter_plan(
+            key, x, dy, ws_, dev, s, stride, padding, dilation, groups, algo, math,
+            deterministic, limit, prefer=prefer))
     _execute(plan, dev, s, x._ptr, dy._ptr, dw.ptr, alpha, beta)
     return dw
 
@@ -853,14 +844,14 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     if activation == "identity":
         algo = "implicit_precomp_gemm"
-    hint = None if out is None else out_hint(out)
+    okey = out_key(out)
     key = _common_key("fused", dev, x, w, stride, padding, dilation, groups, algo, math,
-                      deterministic, limit, (activation, hint))
+                      deterministic, limit, (activation, okey))
     plan = _lookup(key)
     fresh = plan is None
     if fresh:
         plan = _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups, algo, math,
-                             deterministic, limit, op_name="fused", prefer=hint)
+                             deterministic, limit, op_name="fused", prefer=out_hint(out))
         plan.act_desc = activation_descriptor(activation)
         plan.run = _lib.get().cudnnConvolutionBiasActivationForward
     bias = _bias_arg(bias, plan, dev)
@@ -877,7 +868,7 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
         # Not every algorithm find picks is fusable; implicit-precomputed GEMM always is.
         plan = _forward_plan(key, x, w, dev, s, stride, padding, dilation, groups,
                              "implicit_precomp_gemm", math, deterministic, limit,
-                             op_name="fused", prefer=hint)
+                             op_name="fused", prefer=out_hint(out))
         plan.act_desc = activation_descriptor(activation)
         plan.run = _lib.get().cudnnConvolutionBiasActivationForward
         st = _fused_call(plan, dev, s, x, w, z_ptr, bias, y, alpha, a2)

@@ -29,12 +29,11 @@ from __future__ import annotations
 import collections
 import ctypes
 import threading
-import weakref
 
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..errors import ClosedError
+from .._ffi import OwnedHandle
 from . import _lib
 from ._base import raise_for
 
@@ -147,18 +146,14 @@ def layouts_of(shape, strides, itemsize: int) -> tuple[bool, ...]:
 
 
 # -- the descriptor objects --------------------------------------------------------------------
-def _destroy(fn, raw) -> None:
-    fn(raw)
-
-
 def _ints(values):
     return (ctypes.c_int * max(len(values), 1))(*values)
 
 
-class _Descriptor:
+class _Descriptor(OwnedHandle):
     """Shared lifetime logic: create, set (freeing on failure), finalize, close."""
 
-    __slots__ = ("_raw", "_finalizer", "_key", "__weakref__")
+    __slots__ = ("_key",)
     _kind = ""
 
     def __init__(self, key):
@@ -168,13 +163,8 @@ class _Descriptor:
         st = getattr(L, fn)(ctypes.byref(raw))
         if st:
             raise_for(st, fn)
-        self._raw = raw
         self._key = key
-        self._finalizer = weakref.finalize(self, _destroy,
-                                           getattr(L, f"cudnnDestroy{self._kind}Descriptor"), raw)
-        # At interpreter exit the process frees everything; calling into a library that may
-        # already be unloaded would only risk a crash.
-        self._finalizer.atexit = False
+        self._own(raw, getattr(L, f"cudnnDestroy{self._kind}Descriptor"))
         try:
             self._set(L, raw, *key)
         except BaseException:
@@ -185,35 +175,9 @@ class _Descriptor:
         raise NotImplementedError
 
     @property
-    def raw(self):
-        """The ctypes handle, for the raw layer."""
-        if not self._finalizer.alive:
-            raise ClosedError(f"{type(self).__name__} is closed")
-        return self._raw
-
-    @property
-    def handle(self) -> int:
-        """The descriptor's address, as an int."""
-        return ctypes.cast(self.raw, ctypes.c_void_p).value or 0
-
-    @property
     def key(self) -> tuple:
         """The parameters this descriptor was built from (its cache key)."""
         return self._key
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        """Destroy the descriptor now; calling it again does nothing."""
-        self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _describe(self) -> str:
         return repr(self._key)

@@ -114,9 +114,7 @@ class DeviceArray:
             operator.index(s) for s in strides)
         if len(strides) != len(shape):
             raise ValueError(f"strides {strides} do not match shape {shape}")
-        lo, hi = _extent(shape, strides, dt.itemsize)
-        if any(n == 0 for n in shape):
-            lo = hi = 0
+        lo, hi = byte_extent(shape, strides, dt.itemsize)
         if offset + lo < 0 or offset + hi > buffer.size:
             raise ValueError(f"a view of shape {shape}, strides {strides} at offset {offset} "
                              f"reaches bytes [{offset + lo}, {offset + hi}) of a "
@@ -574,16 +572,35 @@ class DeviceArray:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _extent(shape, strides, itemsize) -> tuple[int, int]:
+def byte_extent(shape, strides, itemsize) -> tuple[int, int]:
+    """Bytes ``[lo, hi)`` relative to the first element that an array of ``shape`` and byte
+    ``strides`` touches (``(0, 0)`` when it is empty)."""
     lo = hi = 0
     for n, st in zip(shape, strides):
         if n == 0:
-            continue
+            return 0, 0
         if st < 0:
             lo += (n - 1) * st
         else:
             hi += (n - 1) * st
     return lo, hi + itemsize
+
+
+_extent = byte_extent
+
+
+def spans_overlap(p1: int, ext1: tuple[int, int], p2: int, ext2: tuple[int, int]) -> bool:
+    """Whether the byte ranges ``p1 + ext1`` and ``p2 + ext2`` (as :func:`byte_extent` gives
+    them) share a byte; empty ranges share none."""
+    lo1, hi1 = p1 + ext1[0], p1 + ext1[1]
+    lo2, hi2 = p2 + ext2[0], p2 + ext2[1]
+    return lo1 < hi2 and lo2 < hi1 and lo1 < hi1 and lo2 < hi2
+
+
+def arrays_overlap(a: "DeviceArray", b: "DeviceArray") -> bool:
+    """Whether two arrays' memory ranges intersect (a conservative aliasing test)."""
+    return spans_overlap(a._ptr, byte_extent(a._shape, a._strides, a._dtype.itemsize),
+                         b._ptr, byte_extent(b._shape, b._strides, b._dtype.itemsize))
 
 
 def _is_c_contig(shape, strides, itemsize) -> bool:

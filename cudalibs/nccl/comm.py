@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..driver.array import DeviceArray, asarray, empty
+from ..driver.array import DeviceArray, asarray, empty, spans_overlap
 from ..driver.device import Device, as_device, device_count
 from ..driver.stream import as_stream
 from ..errors import ClosedError, CudaLibsError, NcclError
@@ -370,10 +370,6 @@ def _nccl_type(dtype: np.dtype, device) -> int:
                             f"{device.ordinal} is sm_{cc[0]}{cc[1]}")
     _type_cache[key] = row.nccl
     return row.nccl
-
-
-def _overlaps(a_ptr: int, a_n: int, b_ptr: int, b_n: int) -> bool:
-    return a_n > 0 and b_n > 0 and a_ptr < b_ptr + b_n and b_ptr < a_ptr + a_n
 
 
 def _local_rank_from_env():
@@ -1019,7 +1015,7 @@ class Communicator:
         n = a.size
         o = self._out(out, a._shape, a._dtype, n, s)
         sp, rp = a._ptr, o._ptr
-        if sp != rp and _overlaps(sp, a.nbytes, rp, o.nbytes):
+        if sp != rp and spans_overlap(sp, (0, a.nbytes), rp, (0, o.nbytes)):
             raise ValueError("send and out overlap without being the same memory")
         if n:
             st = _lib.get().ncclAllReduce(sp, rp, n, t, code, raw, s._h)
@@ -1060,7 +1056,7 @@ class Communicator:
             o = self._out(out, a._shape, a._dtype, a.size, s)
         t = _nccl_type(o._dtype, self._device)
         sp, rp = a._ptr, o._ptr
-        if sp != rp and _overlaps(sp, a.nbytes, rp, o.nbytes):
+        if sp != rp and spans_overlap(sp, (0, a.nbytes), rp, (0, o.nbytes)):
             raise ValueError("send and out overlap without being the same memory")
         if o.size:
             st = _lib.get().ncclBroadcast(sp, rp, o.size, t, root, raw, s._h)
@@ -1089,7 +1085,7 @@ class Communicator:
         # Non-root ranks never write recvbuff; NCCL still wants a valid pointer there.
         rp = o._ptr if o is not None else a._ptr
         sp = a._ptr
-        if is_root and sp != rp and _overlaps(sp, a.nbytes, rp, o.nbytes):
+        if is_root and sp != rp and spans_overlap(sp, (0, a.nbytes), rp, (0, o.nbytes)):
             raise ValueError("send and out overlap without being the same memory")
         if n:
             st = _lib.get().ncclReduce(sp, rp, n, t, code, root, raw, s._h)
@@ -1121,7 +1117,8 @@ class Communicator:
         shape = (size * a._shape[0],) + a._shape[1:] if a._shape else (size,)
         o = self._out(out, shape, a._dtype, size * n, s)
         sp, rp = a._ptr, o._ptr
-        if sp != rp + self._rank * a.nbytes and _overlaps(sp, a.nbytes, rp, o.nbytes):
+        if sp != rp + self._rank * a.nbytes and spans_overlap(sp, (0, a.nbytes),
+                                                               rp, (0, o.nbytes)):
             raise ValueError("send overlaps out without being this rank's slice of it "
                              f"(out[{self._rank * n}:{(self._rank + 1) * n}])")
         if n:
@@ -1162,7 +1159,8 @@ class Communicator:
             shape = (k,)
         o = self._out(out, shape, a._dtype, k, s)
         sp, rp = a._ptr, o._ptr
-        if rp != sp + self._rank * o.nbytes and _overlaps(sp, a.nbytes, rp, o.nbytes):
+        if rp != sp + self._rank * o.nbytes and spans_overlap(sp, (0, a.nbytes),
+                                                               rp, (0, o.nbytes)):
             raise ValueError("out overlaps send without being this rank's block of it")
         if k:
             st = _lib.get().ncclReduceScatter(sp, rp, k, t, code, raw, s._h)
@@ -1220,7 +1218,7 @@ class Communicator:
         if a.size % size:
             raise ValueError(f"send has {a.size} elements, not a multiple of the {size} ranks")
         o = self._out(out, a._shape, a._dtype, a.size, s)
-        if _overlaps(a._ptr, a.nbytes, o._ptr, o.nbytes):
+        if spans_overlap(a._ptr, (0, a.nbytes), o._ptr, (0, o.nbytes)):
             raise ValueError("all_to_all cannot run in place: out must not overlap send")
         k = a.size // size
         if not k:

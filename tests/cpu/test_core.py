@@ -297,3 +297,15 @@ def test_finalizer_calls_wait_for_the_end_of_a_capture():
     _capture.end()
     assert ran == [1]
     assert not _capture.defer(ran.append, (2,))
+
+
+def test_byte_extent_and_overlap():
+    from cudalibs.driver.array import byte_extent, spans_overlap
+
+    assert byte_extent((3, 4), (16, 4), 4) == (0, 48)
+    assert byte_extent((3, 4), (-16, 4), 4) == (-32, 16)       # a reversed axis
+    assert byte_extent((0, 4), (16, 4), 4) == (0, 0)           # empty touches nothing
+    assert spans_overlap(100, (0, 48), 140, (0, 8))
+    assert not spans_overlap(100, (0, 48), 148, (0, 8))        # adjacent, not overlapping
+    assert not spans_overlap(100, (0, 48), 120, (0, 0))        # empty never overlaps
+    assert spans_overlap(200, (-32, 16), 170, (0, 4))
