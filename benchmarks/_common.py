@@ -188,6 +188,33 @@ def time_calls(fn: Callable[[], Any], clock: Clock, *, iters: int, repeats: int,
     return times
 
 
+def time_interleaved(cases, *, iters: int, repeats: int, warmup: int) -> list[list[float]]:
+    """:func:`time_calls` for several ``(fn, clock)`` cases with their repeats interleaved
+    (case 1, case 2, ..., case 1, ...), so a drift in clocks or host speed during the run
+    hits every case alike and their ratios stay fair.
+
+    Returns
+    -------
+    list of list of float
+        Per case, one per-call time for each repeat.
+    """
+    for fn, clock in cases:
+        for _ in range(warmup):
+            fn()
+        clock.sync()
+    events = [(clock.event(), clock.event()) for _, clock in cases]
+    times: list[list[float]] = [[] for _ in cases]
+    for _ in range(repeats):
+        for i, (fn, clock) in enumerate(cases):
+            start, end = events[i]
+            clock.record(start)
+            for _ in range(iters):
+                fn()
+            clock.record(end)
+            times[i].append(clock.elapsed_ms(start, end) / iters)
+    return times
+
+
 def median_spread(times: list[float]) -> tuple[float, float]:
     """The median of ``times`` and their interquartile range relative to it.
 

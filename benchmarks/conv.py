@@ -16,7 +16,9 @@ downsample (128, 56, 128, 3, 2); ``padding = R // 2``.  Two configurations:
 
 For each layer and configuration:
 
-``forward``          ``cudnn.conv_forward(x, w, out=y, algo="find")`` vs ``F.conv2d(x, w)``
+``forward``          ``cudnn.conv_forward(x, w, out=y, algo="find")`` (graph API first, see
+                     cudalibs.cudnn.conv; the table names the backend and engine or
+                     algorithm chosen) vs ``F.conv2d(x, w)``
                      with ``torch.backends.cudnn.benchmark = True`` (both search once, then
                      reuse the winner); TFLOP/s = 2 N K P Q C R S / time.
 ``fused``            ``cudnn.conv_bias_act(x, w, b, activation="relu", out=y)`` vs PyTorch's
@@ -27,10 +29,13 @@ Then, per configuration, batch-norm training (32 x 256 x 56 x 56, spatial): forw
 ``F.batch_norm(training=True)`` and its autograd backward; and the host time of one cache-hit
 ``conv_forward`` call on a tiny problem (GPU time negligible): cudalibs' whole call, the bare
 ``cudnnConvolutionForward`` ctypes call it wraps (so the difference is what cudalibs adds; the
-target is <= 15 us), and ``F.conv2d``.
+target is <= 15 us), and ``F.conv2d``; once on a graph plan (bare call:
+``cudnnBackendExecute`` with the cached variant pack) and once with ``GRAPH_API = False``.
 
 How: each library on its own stream with its own CUDA events, warm-up calls (the algorithm
-search happens there), then the median of timed loops (benchmarks/_common.py).  Ratios are
+search happens there), then the median of timed loops of 30 calls (benchmarks/_common.py);
+for the convolutions the loops of ours and torch's forward and fused cases alternate, so clock
+changes during the run hit both sides alike.  Ratios are
 ours over torch's throughput (or torch's time over ours): above 1 means cudalibs is faster.
 Without a GPU the script prints one line and exits 0; without torch the peer columns say n/a.
 """
@@ -52,13 +57,14 @@ else:  # python -m benchmarks.conv
 
 import cudalibs as cl
 from cudalibs import cudnn
+from cudalibs.cudnn import conv as conv_mod
 
 BATCH = 32
 LAYERS = [(64, 56, 64, 3, 1), (256, 56, 64, 1, 1), (128, 28, 128, 3, 1), (512, 7, 512, 3, 1),
           (128, 56, 128, 3, 2)]
 CONFIGS = [("fp32 NCHW (TF32)", np.float32, False, "tf32"),
            ("fp16 NHWC", np.float16, True, None)]
-ITERS, REPEATS, WARMUP = 10, 7, 3
+ITERS, REPEATS, WARMUP = 30, 7, 3
 
 
 def _device_array(host, channels_last):
@@ -102,31 +108,49 @@ def conv_rows(torch, s, ts):
             y = _empty((BATCH, k, p, p), dtype, chl)
             kw = dict(stride=stride, padding=pad, math=math, stream=s)
             clock = common.cudalibs_clock(s)
-            ours = _time(lambda: cudnn.conv_forward(x, w, out=y, **kw), clock)
-            fused = _time(lambda: cudnn.conv_bias_act(x, w, b, out=y, **kw), clock)
-            plan = [v for key, v in cudnn.algo_cache().items()
-                    if key[0] == "forward" and key[3] == x.shape and key[5] == w.shape
-                    and key[12] == math][-1]
-            theirs = theirs_fused = None
+            cases = [(lambda: cudnn.conv_forward(x, w, out=y, **kw), clock),
+                     (lambda: cudnn.conv_bias_act(x, w, b, out=y, **kw), clock)]
             if torch is not None:
                 tx, tw, tb = (_torch_view(torch, a) for a in (x, w, b))
                 s.sync()
                 tclock = common.torch_clock(torch, ts)
                 F = torch.nn.functional
                 tbv = tb.view(1, -1, 1, 1)
-                with torch.cuda.stream(ts):
-                    theirs = _time(lambda: F.conv2d(tx, tw, None, stride, pad), tclock)
-                    theirs_fused = _time(
-                        lambda: F.conv2d(tx, tw, None, stride, pad).add_(tbv).relu_(), tclock)
+                cases += [(lambda: F.conv2d(tx, tw, None, stride, pad), tclock),
+                          (lambda: F.conv2d(tx, tw, None, stride, pad).add_(tbv).relu_(),
+                           tclock)]
+                torch.cuda.set_stream(ts)   # torch's calls run on ts, as ours run on s
+            try:
+                medians = [common.median_spread(t)[0] for t in common.time_interleaved(
+                    cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)]
+            finally:
+                if torch is not None:
+                    torch.cuda.set_stream(torch.cuda.default_stream())
+            ours, fused = medians[:2]
+            theirs, theirs_fused = medians[2:] if torch is not None else (None, None)
+            plan = _plan_of("forward", x, w, math)
+            fplan = _plan_of("fused", x, w, math)
             tf = flops / (ours * 1e-3) / 1e12
             ttf = flops / (theirs * 1e-3) / 1e12 if theirs else None
             rows.append([name, f"{c},{h},{k},{r},s{stride}", _fmt(tf), _fmt(ttf),
-                         common.fmt_ratio(tf, ttf), f"{plan.algo_name}",
+                         common.fmt_ratio(tf, ttf), _plan_name(plan),
                          _fmt(fused * 1e3, 0),
                          _fmt(theirs_fused * 1e3 if theirs_fused else None, 0),
-                         common.fmt_ratio(theirs_fused, fused)])
+                         common.fmt_ratio(theirs_fused, fused), _plan_name(fplan)])
             x.close(), w.close(), y.close(), b.close()
     return rows
+
+
+def _plan_of(op, x, w, math):
+    """The newest cached plan of ``op`` for these operands (keys: see cudnn.conv._common_key)."""
+    plans = [v for key, v in cudnn.algo_cache().items()
+             if key[0] == op and key[3] == x.shape and key[5] == w.shape and key[12] == math]
+    return plans[-1] if plans else None
+
+
+def _plan_name(plan):
+    """``graph eng12 k2=1`` / ``legacy implicit_precomp_gemm``: the backend and what it runs."""
+    return f"{plan.backend} {plan.algo_name}" if plan is not None else common.NA
 
 
 def bn_rows(torch, s, ts):
@@ -140,10 +164,12 @@ def bn_rows(torch, s, ts):
         rm, rv = cl.zeros(256, np.float32), cl.full(256, 1.0, np.float32)
         y = _empty(shape, dtype, chl)
         clock = common.cudalibs_clock(s)
+        # The state carries the reserve space the Ex forward fills and the Ex backward reads,
+        # so the backward measured is the fast one (as in a training step).
         saved = cudnn.batch_norm_train(x, g, b, rm, rv, out=y, stream=s)
         fwd = _time(lambda: cudnn.batch_norm_train(x, g, b, rm, rv, out=y, stream=s), clock)
-        bwd = _time(lambda: cudnn.batch_norm_backward(x, dy, g, saved[1], saved[2], stream=s),
-                    clock)
+        bwd = _time(lambda: cudnn.batch_norm_backward(x, dy, g, saved, stream=s), clock)
+        paths = cudnn.norm.batch_norm_paths(x)
         tf = tb = None
         if torch is not None:
             F = torch.nn.functional
@@ -160,10 +186,11 @@ def bn_rows(torch, s, ts):
                 ty = F.batch_norm(tx, trm, trv, tg, tbb, training=True)
                 tb = _time(lambda: torch.autograd.grad(ty, (tx, tg, tbb), tdy,
                                                        retain_graph=True), tclock)
-        rows.append([name, "forward (train)", _fmt(fwd * 1e3, 0), _fmt(tf * 1e3 if tf else None, 0),
+        rows.append([name, f"forward (train) [{paths.get('forward', '?')[:60]}]",
+                     _fmt(fwd * 1e3, 0), _fmt(tf * 1e3 if tf else None, 0),
                      common.fmt_ratio(tf, fwd)])
-        rows.append([name, "backward", _fmt(bwd * 1e3, 0), _fmt(tb * 1e3 if tb else None, 0),
-                     common.fmt_ratio(tb, bwd)])
+        rows.append([name, f"backward [{paths.get('backward', '?')[:60]}]", _fmt(bwd * 1e3, 0),
+                     _fmt(tb * 1e3 if tb else None, 0), common.fmt_ratio(tb, bwd)])
         for a in (x, dy, g, b, rm, rv, y):
             a.close()
     return rows
@@ -190,24 +217,42 @@ def host_overhead(torch, s):
             s.sync()
         return best
 
-    ours = per_call(lambda: cudnn.conv_forward(x, w, padding=1, out=y, stream=s))
-    ours_alloc = per_call(lambda: cudnn.conv_forward(x, w, padding=1, stream=s))
-    plan = [v for k, v in cudnn.algo_cache().items() if k[0] == "forward" and k[3] == x.shape][-1]
-    h = cudnn.handle._handles.get(s.device)
-    h.bind(s.handle)
-    L = cudnn._lib.get()
-    ws_ptr, ws_size = cudnn.handle.workspace(s.device, s.handle, plan.workspace_size)
-    one, zero = ctypes.c_float(1), ctypes.c_float(0)
-    a_, b_ = ctypes.addressof(one), ctypes.addressof(zero)
-    xd, wd, cd, yd = plan.raws
-    xp, wp, yp = x.ptr, w.ptr, y.ptr
-    raw = per_call(lambda: L.cudnnConvolutionForward(h.raw, a_, xd, xp, wd, wp, cd, plan.algo,
-                                                     ws_ptr, ws_size, b_, yd, yp))
+    def measure(graph_api):
+        """(ours with out=, ours allocating, the bare library call, plan) on one backend."""
+        conv_mod.GRAPH_API = graph_api
+        try:
+            ours = per_call(lambda: cudnn.conv_forward(x, w, padding=1, out=y, stream=s))
+            ours_alloc = per_call(lambda: cudnn.conv_forward(x, w, padding=1, stream=s))
+        finally:
+            conv_mod.GRAPH_API = True
+        plan = [v for k, v in cudnn.algo_cache().items()
+                if k[0] == "forward" and k[3] == x.shape and k[-1] == graph_api][-1]
+        h = cudnn.handle._handles.get(s.device)
+        h.bind(s.handle)
+        L = cudnn._lib.get()
+        ws_ptr, ws_size = cudnn.handle.workspace(s.device, s.handle, plan.workspace_size)
+        xp, wp, yp = x.ptr, w.ptr, y.ptr
+        if plan.backend == "graph":
+            g = plan.gplan
+            vp = g.pack((xp, wp, yp), ws_ptr)
+            hr, pr, vr = h.raw, g._raw, vp._raw
+            raw = per_call(lambda: L.cudnnBackendExecute(hr, pr, vr))
+        else:
+            one, zero = ctypes.c_float(1), ctypes.c_float(0)
+            a_, b_ = ctypes.addressof(one), ctypes.addressof(zero)
+            xd, wd, cd, yd = plan.raws
+            raw = per_call(lambda: L.cudnnConvolutionForward(h.raw, a_, xd, xp, wd, wp, cd,
+                                                             plan.algo, ws_ptr, ws_size, b_,
+                                                             yd, yp))
+        return ours, ours_alloc, raw, plan
+
+    graph = measure(True)
+    legacy = measure(False)
     theirs = None
     if torch is not None:
         tx, tw, ty = (torch.from_dlpack(a) for a in (x, w, y))
         theirs = per_call(lambda: torch.nn.functional.conv2d(tx, tw, padding=1))
-    return ours, ours_alloc, raw, theirs
+    return graph, legacy, theirs
 
 
 def main() -> int:
@@ -231,20 +276,27 @@ def main() -> int:
     rows = conv_rows(torch, s, ts)
     print(common.markdown_table(
         ["config", "C,H,K,R,stride", "ours TFLOP/s", "torch TFLOP/s", "fwd ours/torch",
-         "our algo", "fused us", "torch conv+add+relu us", "fused torch/ours"],
+         "our backend + algo", "fused us", "torch conv+add+relu us", "fused torch/ours",
+         "fused backend + algo"],
         rows, right={2, 3, 4, 6, 7, 8}))
     print()
     print(common.markdown_table(["config", "batch-norm 32x256x56x56", "ours us", "torch us",
                                  "torch/ours"], bn_rows(torch, s, ts), right={2, 3, 4}))
-    ours, ours_alloc, raw, theirs = host_overhead(torch, s)
+    graph, legacy, theirs = host_overhead(torch, s)
+    rows = []
+    for (ours, ours_alloc, raw, plan), bare in ((graph, "cudnnBackendExecute"),
+                                                (legacy, "cudnnConvolutionForward")):
+        tag = f"{plan.backend} ({plan.algo_name})"
+        if plan.backend != "graph":
+            bare = "cudnnConvolutionForward"
+        rows += [[f"{tag}: cudalibs conv_forward(out=y)", f"{ours:.1f}"],
+                 [f"{tag}: cudalibs conv_forward (allocates y)", f"{ours_alloc:.1f}"],
+                 [f"{tag}: bare {bare} via ctypes", f"{raw:.1f}"],
+                 [f"{tag}: added by cudalibs (target <= 15)", f"{ours - raw:.1f}"]]
+    rows.append(["torch F.conv2d", _fmt(theirs)])
     print()
-    print(common.markdown_table(
-        ["host time per call (cache hit, 1x8x8x8 conv)", "us"],
-        [["cudalibs conv_forward(out=y)", f"{ours:.1f}"],
-         ["cudalibs conv_forward (allocates y)", f"{ours_alloc:.1f}"],
-         ["bare cudnnConvolutionForward via ctypes", f"{raw:.1f}"],
-         ["added by cudalibs (target <= 15)", f"{ours - raw:.1f}"],
-         ["torch F.conv2d", _fmt(theirs)]], right={1}))
+    print(common.markdown_table(["host time per call (cache hit, 1x8x8x8 conv)", "us"], rows,
+                                right={1}))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     s.sync()
     return 0

@@ -14,8 +14,12 @@ What is measured
    (False for the fp32 rows); CuPy decides TF32 from ``CUPY_TF32`` at import, so its tf32
    cells are ``n/a``. TFLOP/s = 2·M·N·K / time.
 2. **Host cost** of a 64×64 fp32 call: wall time of 100 back-to-back calls without
-   synchronising (the GPU keeps up), per call; the median of 30 rounds.
-3. **Strided-batched fp16**, 256 × (128×64 @ 64×128): ``cublas.gemm_strided_batched`` vs
+   synchronising (the GPU keeps up), per call; the median of 30 rounds, the rounds of all
+   contenders interleaved.  The bare ctypes ``cublasGemmEx`` call on the same handle (with
+   ``argtypes``, as a plain ctypes binding makes it) shows what the library call itself costs
+   from Python; cudalibs' own call skips ctypes' argument conversions (``unchecked``).
+3. **Strided-batched fp16**, 256 × (128×64 @ 64×128): ``cublas.gemm_strided_batched`` (new
+   output, and into ``out``), an autotuned cuBLASLt plan, and the bare ctypes call, vs
    ``torch.bmm`` and ``cupy.matmul``.
 4. **cuBLASLt matmul + bias + GELU** (bf16, one fused call through ``cublas.matmul``) vs
    torch ``x @ w`` → ``+ b`` → ``gelu(approximate="tanh")``.
@@ -137,18 +141,40 @@ def square(torch, cupy, sizes):
 
 
 # -- 2. host cost ----------------------------------------------------------------------------
-def _host_us(fn, sync, calls=100, rounds=30) -> float:
-    for _ in range(20):
-        fn()
-    sync()
-    per = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def _host_us(cases: dict, calls=100, rounds=30) -> dict:
+    """``{label: (fn, sync)} -> {label: median µs per call}``.
+
+    Wall time of ``calls`` back-to-back calls, synchronising between rounds; the rounds of the
+    cases are interleaved, so a drift in the host's speed (large on shared machines) hits every
+    case alike and the ratios stay fair.
+    """
+    for fn, sync in cases.values():
+        for _ in range(20):
             fn()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
         sync()
-    return statistics.median(per)
+    per: dict = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, (fn, sync) in cases.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            per[k].append((time.perf_counter() - t0) / calls * 1e6)
+            sync()
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def _bare_gemm(s, a, b, out, n):
+    """The bare ctypes ``cublasGemmEx`` call (with argtypes) ``cublas.gemm(a, b, out)`` makes
+    (fp32, n x n), on the same handle and stream."""
+    from cudalibs.cublas import _lib as blas_lib, handle as handle_mod
+
+    L = blas_lib.get()
+    h = handle_mod.cublas_handle(s.device, s.handle)
+    one, zero = ctypes.c_float(1), ctypes.c_float(0)
+    r32, c32 = cl.dtypes.CUDA_R["R_32F"], cl.dtypes.COMPUTE["COMPUTE_32F"]
+    pa, pb, po = a.ptr, b.ptr, out.ptr
+    return lambda: L.cublasGemmEx(h, 0, 0, n, n, n, ctypes.addressof(one), pb, r32, n, pa, r32,
+                                  n, ctypes.addressof(zero), po, r32, n, c32, -1)
 
 
 def host_cost(torch, cupy):
@@ -157,35 +183,53 @@ def host_cost(torch, cupy):
     s = cl.Stream()
     a, b = cl.to_device(a_h, stream=s), cl.to_device(a_h, stream=s)
     out = cl.empty((64, 64), np.float32, stream=s)
-    ours = _host_us(lambda: cublas.gemm(a, b, stream=s), s.sync)
-    ours_out = _host_us(lambda: cublas.gemm(a, b, out, stream=s), s.sync)
-    plan_in = cublas.matmul(a, b, stream=s)                 # warm the plan cache
-    del plan_in
-    ours_lt = _host_us(lambda: cublas.matmul(a, b, stream=s), s.sync)
-    t = c = None
+    cases = {
+        "cublas.gemm(a, b)": (lambda: cublas.gemm(a, b, stream=s), s.sync),
+        "cublas.gemm(a, b, out)": (lambda: cublas.gemm(a, b, out, stream=s), s.sync),
+        "cublas.matmul(a, b) (Lt, cached plan)": (lambda: cublas.matmul(a, b, stream=s),
+                                                  s.sync),
+    }
+    cublas.gemm(a, b, out, stream=s)            # binds the handle to s for the bare call
+    cases["bare ctypes cublasGemmEx (with argtypes)"] = (_bare_gemm(s, a, b, out, 64), s.sync)
     if torch:
         ts = torch.cuda.Stream()
-        with torch.cuda.stream(ts):
-            ta = torch.from_numpy(a_h).cuda()
-            t = _host_us(lambda: torch.matmul(ta, ta), ts.synchronize)
+        ta = torch.from_numpy(a_h).to("cuda")
+        cases["torch"] = (lambda: torch.matmul(ta, ta), ts.synchronize)
+        torch.cuda.set_stream(ts)
     if cupy:
         cs = cupy.cuda.Stream(non_blocking=True)
         with cs:
             ca = cupy.asarray(a_h)
-            c = _host_us(lambda: cupy.matmul(ca, ca), cs.synchronize)
-    rows = [
-        ["cublas.gemm(a, b)", _fmt(ours, 2), _fmt(t, 2), _fmt(c, 2),
-         common.fmt_ratio(t, ours), common.fmt_ratio(c, ours)],
-        ["cublas.gemm(a, b, out)", _fmt(ours_out, 2), _fmt(t, 2), _fmt(c, 2),
-         common.fmt_ratio(t, ours_out), common.fmt_ratio(c, ours_out)],
-        ["cublas.matmul(a, b) (Lt, cached plan)", _fmt(ours_lt, 2), _fmt(t, 2), _fmt(c, 2),
-         common.fmt_ratio(t, ours_lt), common.fmt_ratio(c, ours_lt)],
-    ]
+        cs.use()
+        cases["cupy"] = (lambda: cupy.matmul(ca, ca), cs.synchronize)
+    res = _host_us(cases)
+    if torch:
+        torch.cuda.set_stream(torch.cuda.default_stream())
+    if cupy:
+        cupy.cuda.Stream.null.use()
+    t, c = res.get("torch"), res.get("cupy")
+    rows = [[k, _fmt(v, 2), _fmt(t, 2), _fmt(c, 2), common.fmt_ratio(t, v),
+             common.fmt_ratio(c, v)] for k, v in res.items() if k not in ("torch", "cupy")]
     return common.markdown_table(["64x64 fp32 call", "cudalibs µs", "torch µs", "cupy µs",
                                   "torch/ours", "cupy/ours"], rows, right=range(1, 6))
 
 
 # -- 3. strided batched ----------------------------------------------------------------------
+def _bare_batched(s, a, b, out, B, M, N, K):
+    """The bare ctypes call ``gemm_strided_batched(a, b, out)`` makes (fp16 in and out,
+    fp32 compute), on the same handle and stream."""
+    from cudalibs.cublas import _lib as blas_lib, handle as handle_mod
+
+    L = blas_lib.get()
+    h = handle_mod.cublas_handle(s.device, s.handle)
+    one, zero = ctypes.c_float(1), ctypes.c_float(0)
+    r16, c32 = cl.dtypes.CUDA_R["R_16F"], cl.dtypes.COMPUTE["COMPUTE_32F"]
+    pa, pb, po = a.ptr, b.ptr, out.ptr
+    return lambda: L.cublasGemmStridedBatchedEx(
+        h, 0, 0, N, M, K, ctypes.addressof(one), pb, r16, N, K * N, pa, r16, K, M * K,
+        ctypes.addressof(zero), po, r16, N, M * N, B, c32, -1)
+
+
 def batched(torch, cupy):
     B, M, N, K = 256, 128, 128, 64
     rng = np.random.default_rng(1)
@@ -193,8 +237,18 @@ def batched(torch, cupy):
     b_h = rng.uniform(-1, 1, (B, K, N)).astype(np.float16)
     s = cl.Stream()
     a, b = cl.to_device(a_h, stream=s), cl.to_device(b_h, stream=s)
+    clock = common.cudalibs_clock(s)
     fn = lambda: cublas.gemm_strided_batched(a, b, stream=s)  # noqa: E731
-    ours = _time(fn, common.cudalibs_clock(s), _estimate(fn, s.sync))
+    ours = _time(fn, clock, _estimate(fn, s.sync))
+    out = cl.empty((B, M, N), np.float16, stream=s)
+    fn_out = lambda: cublas.gemm_strided_batched(a, b, out, stream=s)  # noqa: E731
+    ours_out = _time(fn_out, clock, _estimate(fn_out, s.sync))
+    plan = cublas.Matmul(a, b, out=out)
+    plan.autotune(stream=s)
+    fn_lt = lambda: plan.execute(a, b, out=out, stream=s)  # noqa: E731
+    ours_lt = _time(fn_lt, clock, _estimate(fn_lt, s.sync))
+    bare = _bare_batched(s, a, b, out, B, M, N, K)
+    ours_bare = _time(bare, clock, _estimate(bare, s.sync))
     t = c = None
     if torch:
         ts = torch.cuda.Stream()
@@ -208,13 +262,20 @@ def batched(torch, cupy):
             ca, cb = cupy.asarray(a_h), cupy.asarray(b_h)
             cfn = lambda: cupy.matmul(ca, cb)  # noqa: E731
             c = _time(cfn, common.cupy_clock(cupy, cs), _estimate(cfn, cs.synchronize))
-    o, tt, cc = (_tflops(M, N, K, x, B) for x in (ours, t, c))
+    tt, cc = (_tflops(M, N, K, x, B) if x else None for x in (t, c))
+    rows = []
+    for name, x in (("gemm_strided_batched(a, b)", ours),
+                    ("gemm_strided_batched(a, b, out)", ours_out),
+                    ("cuBLASLt Matmul plan, autotuned, out", ours_lt),
+                    ("bare ctypes cublasGemmStridedBatchedEx, out (with argtypes)", ours_bare)):
+        o = _tflops(M, N, K, x, B)
+        rows.append([name, _fmt(x * 1e3), _fmt(t * 1e3 if t else None),
+                     _fmt(c * 1e3 if c else None), common.fmt_ratio(o, tt),
+                     common.fmt_ratio(o, cc)])
+    plan.free()
     return common.markdown_table(
         ["fp16 batch 256 x (128x64 @ 64x128)", "cudalibs µs", "torch.bmm µs", "cupy µs",
-         "ours/torch", "ours/cupy"],
-        [["gemm_strided_batched", _fmt(ours * 1e3), _fmt(t * 1e3 if t else None),
-          _fmt(c * 1e3 if c else None), common.fmt_ratio(o, tt), common.fmt_ratio(o, cc)]],
-        right=range(1, 6))
+         "ours/torch", "ours/cupy"], rows, right=range(1, 6))
 
 
 # -- 4. fused epilogue -----------------------------------------------------------------------
@@ -312,6 +373,9 @@ def fake_overhead(calls: int = 200_000) -> str:
     fake_blas = type("FakeCublas", (), {})()
     fake_blas.cublasGemmEx = noop(table["cublasGemmEx"].argtypes)
     fake_blas.cublasGemmStridedBatchedEx = noop(table["cublasGemmStridedBatchedEx"].argtypes)
+    unchecked = libc["abs"]                 # a fresh pointer without argtypes, as unchecked()
+    unchecked.restype = ctypes.c_int
+    fake_blas.unchecked = lambda name: unchecked
     fake_drv = type("FakeDriver", (), {})()
     fake_drv.cuCtxSetCurrent = noop([drv_lib.CUcontext])
 
@@ -337,7 +401,7 @@ def fake_overhead(calls: int = 200_000) -> str:
                           ("gemm(a, b)  [allocation faked]", lambda: cublas.gemm(a, b)),
                           ("gemm(a, b.T, out, alpha=0.5)",
                            lambda: cublas.gemm(a, b.T, out, alpha=0.5)),
-                          ("bare ctypes cublasGemmEx call", lambda: fake_blas.cublasGemmEx(
+                          ("bare ctypes cublasGemmEx call (argtypes)", lambda: fake_blas.cublasGemmEx(
                               h.raw, 0, 0, 64, 64, 64, 1, 2, 0, 64, 3, 0, 64, 4, 5, 0, 64, 68,
                               -1))):
             fn()

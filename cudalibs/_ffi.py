@@ -80,6 +80,7 @@ class BoundLibrary:
         self._path = path
         self._table = {p.name: p for p in table}
         self._missing: list[str] = []
+        self._unchecked: dict = {}
         for proto in table:
             try:
                 fn = getattr(cdll, proto.name)
@@ -110,6 +111,24 @@ class BoundLibrary:
     def missing(self) -> tuple[str, ...]:
         """Names in the table that the loaded library does not export."""
         return tuple(self._missing)
+
+    def unchecked(self, name: str):
+        """A second function pointer for ``name`` with ``restype`` but no ``argtypes``.
+
+        ctypes then converts nothing: each argument must already be a ctypes object of the
+        parameter's exact C type (pointers as ``c_void_p`` or typed pointer instances), or a
+        Python ``int`` for an ``int``-sized parameter whose value the caller has checked fits
+        it.  That saves a conversion object per argument, about a third of a many-argument
+        call, so only the hottest wrappers use it, with their argument kinds checked against
+        the prototype by the CPU tests.
+        """
+        fn = self._unchecked.get(name)
+        if fn is None:
+            proto = self._table[name]
+            fn = self._cdll[name]   # a fresh function object, not the one with argtypes
+            fn.restype = proto.restype
+            self._unchecked[name] = fn
+        return fn
 
     def has(self, name: str) -> bool:
         """Whether the loaded library exports ``name`` (and the table declares it)."""

@@ -48,8 +48,8 @@ from .errors import ClosedError
 
 __all__ = ["add", "axpy", "scale", "fill", "matmul_naive", "matmul_tiled", "bmm", "softmax",
            "log_softmax", "transpose", "nchw_to_nhwc", "nhwc_to_nchw", "bias_relu",
-           "bias_gelu", "batch_norm_relu_infer", "relu_backward", "wmma_gemm",
-           "clear_cache"]
+           "bias_gelu", "channel_bias_act", "batch_norm_relu_infer", "relu_backward",
+           "wmma_gemm", "clear_cache"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -494,6 +494,80 @@ def bias_gelu(x, bias, out=None, stream=None):
     DeviceArray
     """
     return _bias_act("gelu", x, bias, out, stream)
+
+
+def channel_bias_act(y, bias, *, z=None, alpha2=1.0, activation="relu", stream=None):
+    """In place, ``y = act(y + alpha2 * z + bias[c])`` for ``y`` of logical shape
+    ``(N, C, ...)``: a convolution's bias, residual and activation in one pass.
+
+    Parameters
+    ----------
+    y : DeviceArray
+        float32, float16 or bfloat16, 2-D to 5-D, packed channels-first (C-contiguous) or
+        channels-last (NHWC / NDHWC strides).
+    bias : DeviceArray
+        ``(C,)`` of ``y``'s dtype, contiguous.
+    z : DeviceArray, optional
+        Of ``y``'s shape, dtype and strides; must not overlap ``y`` unless it is ``y``.
+    alpha2 : float
+        Scales ``z``.
+    activation : {"relu", "identity"}
+    stream : Stream, optional
+
+    Returns
+    -------
+    DeviceArray
+        ``y``.
+    """
+    op = "channel_bias_act"
+    if activation not in ("relu", "identity"):
+        raise ValueError(f"{op}: activation must be 'relu' or 'identity', not {activation!r}")
+    y = _array(y, op, "y", _HALF_FLOAT, stream=stream, contiguous=False)
+    dev = y.device
+    if not 2 <= y.ndim <= 5:
+        raise ValueError(f"{op}: y must be (N, C, ...) with 0 to 3 spatial dimensions, got "
+                         f"shape {y.shape}")
+    item = y.itemsize
+    shape, strides = y.shape, y.strides
+    channels = shape[1]
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    if y.is_c_contiguous:
+        inner = spatial
+    else:
+        # channels-last: N, then the spatial dimensions, then C fastest
+        order = [0, *range(2, y.ndim), 1]
+        expect, acc = {}, item
+        for ax in reversed(order):
+            expect[ax] = acc
+            acc *= shape[ax]
+        if any(shape[ax] > 1 and strides[ax] != expect[ax] for ax in range(y.ndim)):
+            raise ValueError(f"{op}: y must be packed channels-first or channels-last; "
+                             f"strides {strides} for shape {shape}")
+        inner = 1
+    bias = _array(bias, op, "bias", _HALF_FLOAT, ndim=1, device=dev, stream=stream)
+    if bias.dtype != y.dtype or bias.shape != (channels,) or (
+            channels > 1 and bias.strides[0] != item):
+        raise ValueError(f"{op}: bias must be a contiguous ({channels},) {y.dtype} array, got "
+                         f"{bias.shape} {bias.dtype}")
+    z_ptr = 0
+    reads = [("bias", bias)]
+    if z is not None:
+        z = _array(z, op, "z", _HALF_FLOAT, device=dev, stream=stream, contiguous=False)
+        if z.shape != shape or z.dtype != y.dtype or z.strides != strides:
+            raise ValueError(f"{op}: z must match y ({shape} {y.dtype} strides {strides}), "
+                             f"got {z.shape} {z.dtype} strides {z.strides}")
+        z_ptr = z.ptr
+        reads.append(("z", z))
+    # z may be y itself (each element is read before it is written), nothing else may overlap
+    _check_no_overlap(op, y, reads, same_ok=True)
+    s = as_stream(stream, dev)
+    n = y.size
+    if n:
+        grid, block = _elementwise_grid(dev, n)
+        _launch(dev, f"{op}_{_suffix(y.dtype)}", grid, block,
+                (y.ptr, z_ptr, float(alpha2), bias.ptr, n, channels, inner,
+                 1 if activation == "relu" else 0), s)
+    return y
 
 
 def batch_norm_relu_infer(x, scale, shift, mean, var, eps=1e-5, out=None, stream=None):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from ctypes import c_longlong, c_void_p
 import threading
 from typing import NamedTuple
 
@@ -34,11 +35,13 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..driver import _lib as _drv
 from ..driver.array import DeviceArray, asarray, byte_extent, empty, spans_overlap
-from ..driver.stream import Event, as_stream
+from ..driver.stream import Event, Stream, as_stream
 from ..errors import ClosedError
 from . import _lib
 from ._base import raise_for, version
-from .handle import cublas_handle
+from .handle import _cublas_handles, _rebind, cublas_handle
+
+_local_handles = _cublas_handles._local
 
 __all__ = ["gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
            "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS"]
@@ -291,7 +294,7 @@ class _GemmPlan:
 
     __slots__ = ("combo", "args", "batch", "sa", "sb", "sc", "out_shape", "out_dtype",
                  "ctype", "abtype", "algo", "one", "zero", "a_ext", "b_ext", "c_ext",
-                 "c_nbytes", "key", "memo")
+                 "c_nbytes", "key", "memo", "fast", "one_p", "zero_p")
 
     def scalar(self, value, what):
         """``value`` in the scale type, memoised: a training loop repeats a few values.
@@ -413,11 +416,23 @@ def _make_plan(a: DeviceArray, b: DeviceArray, out, compute, algo, batched: bool
     p.algo = algo_v
     p.one = _scalar(1, combo.scale, "alpha")
     p.zero = _scalar(0, combo.scale, "beta")
+    p.one_p = c_void_p(ctypes.addressof(p.one))
+    p.zero_p = c_void_p(ctypes.addressof(p.zero))
     p.a_ext = byte_extent(a._shape, a._strides, item)
     p.b_ext = byte_extent(b._shape, b._strides, item)
     p.c_ext = None if out is None else byte_extent(out._shape, out._strides, oitem)
     p.c_nbytes = 0
     p.memo = {}
+    # What the hot path needs, flat, so one unpacking replaces a dozen attribute reads; the
+    # batch strides ready as the long longs the unchecked call passes.  An empty extent
+    # becomes (0, -2**62): it then overlaps nothing.
+    def ext(e):
+        return (0, -(1 << 62)) if e is None or e[0] == e[1] else e
+    p.fast = (args.transa, args.transb, args.m, args.n, args.k, args.lda, args.ldb, args.ldc,
+              p.abtype, p.ctype, combo.compute, c_longlong(p.sa), c_longlong(p.sb),
+              c_longlong(p.sc), batch,
+              not (batch == 1 and len(out_shape) == 2), *ext(p.a_ext), *ext(p.b_ext),
+              *ext(p.c_ext), args.copy_a, args.copy_b)
     return p
 
 
@@ -458,6 +473,8 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
             if len(_plans) >= _MAX_PLANS:
                 _plans.clear()
             _plans[key] = p
+    (ta, tb, m, n, k, lda, ldb, ldc, abtype, ctype, ctype_compute, sa, sb, sc, batch,
+     strided, alo, ahi, blo, bhi, clo, chi, copy_a, copy_b) = p.fast
     # Closed-buffer checks, inlined (DeviceArray._check without the call).
     buf = a._buf
     if buf is not None and buf._ptr is None:
@@ -474,7 +491,10 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
         beta_c = p.zero
     else:
         beta_c = p.scalar(beta, "beta")
-    s = as_stream(stream, dev)
+    if type(stream) is Stream and stream._alive[0] and stream._device is dev:
+        s = stream
+    else:
+        s = as_stream(stream, dev)
     if out is None:
         if beta_c is not p.zero and beta != 0:
             raise ValueError("beta != 0 accumulates into out, so out must be given")
@@ -485,37 +505,50 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
         if buf is not None and buf._ptr is None:
             raise ClosedError("out's buffer is closed")
         c_ptr = out._ptr
-        if (spans_overlap(c_ptr, p.c_ext, a._ptr, p.a_ext)
-                or spans_overlap(c_ptr, p.c_ext, b._ptr, p.b_ext)):
+        # spans_overlap inlined: empty extents have hi far below any address.
+        lo, hi, pa, pb = c_ptr + clo, c_ptr + chi, a._ptr, b._ptr
+        if (lo < pa + ahi and pa + alo < hi) or (lo < pb + bhi and pb + blo < hi):
             raise ValueError("out overlaps an input; cuBLAS reads the inputs while writing "
                              "out, so they must not share memory")
-    x = p.args
-    if x.m == 0 or x.n == 0:
+    if m == 0 or n == 0:
         return out              # nothing to compute (cuBLAS would return at once too)
-    if x.copy_a:
+    if copy_a:
         a = a.copy(s)
-    if x.copy_b:
-        b = _copy_operand(b, x.copy_b, s)
+    if copy_b:
+        b = _copy_operand(b, copy_b, s)
     algo_v = p.algo
     if algo_v == "tuned":
         algo_v = _tuned_algo(p, a, b, out, s)
     _drv.get().cuCtxSetCurrent(dev._ctx)
-    h = cublas_handle(dev, s._handle)
-    L = _lib.get()
-    if p.batch == 1 and len(p.out_shape) == 2:
-        st = L.cublasGemmEx(h, x.transa, x.transb, x.m, x.n, x.k, ctypes.addressof(alpha_c),
-                            b._ptr, p.abtype, x.lda, a._ptr, p.abtype, x.ldb,
-                            ctypes.addressof(beta_c), c_ptr, p.ctype, x.ldc, p.combo.compute,
-                            algo_v)
-        if st:
-            raise_for(st, "cublasGemmEx", repr(p))
+    # cublas_handle() inlined: this thread's handle, rebound only when the stream changed.
+    try:
+        h = _local_handles.handles[dev._ordinal]
+    except (AttributeError, KeyError):
+        h = _cublas_handles.get(dev)
+    if h.stream != s._handle:
+        _rebind(h, dev, s._handle)
+    # The unchecked entry points (no ctypes conversions): every int below was checked to fit
+    # a C int when the plan was made, and every pointer is passed as a c_void_p.
+    if alpha_c is p.one:
+        alpha_p = p.one_p
     else:
-        st = L.cublasGemmStridedBatchedEx(
-            h, x.transa, x.transb, x.m, x.n, x.k, ctypes.addressof(alpha_c), b._ptr, p.abtype,
-            x.lda, p.sb, a._ptr, p.abtype, x.ldb, p.sa, ctypes.addressof(beta_c), c_ptr,
-            p.ctype, x.ldc, p.sc, p.batch, p.combo.compute, algo_v)
+        alpha_p = c_void_p(ctypes.addressof(alpha_c))
+    if beta_c is p.zero:
+        beta_p = p.zero_p
+    else:
+        beta_p = c_void_p(ctypes.addressof(beta_c))
+    if strided:
+        st = _lib.get().unchecked("cublasGemmStridedBatchedEx")(
+            h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, sb, c_void_p(a._ptr),
+            abtype, ldb, sa, beta_p, c_void_p(c_ptr), ctype, ldc, sc, batch, ctype_compute, algo_v)
         if st:
             raise_for(st, "cublasGemmStridedBatchedEx", repr(p))
+    else:
+        st = _lib.get().unchecked("cublasGemmEx")(
+            h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, c_void_p(a._ptr),
+            abtype, ldb, beta_p, c_void_p(c_ptr), ctype, ldc, ctype_compute, algo_v)
+        if st:
+            raise_for(st, "cublasGemmEx", repr(p))
     return out
 
 

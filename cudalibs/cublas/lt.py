@@ -22,6 +22,7 @@ are public too: they need no GPU, and their attributes can be set and read back 
 from __future__ import annotations
 
 import ctypes
+from ctypes import c_size_t, c_void_p
 import statistics
 import threading
 
@@ -39,6 +40,8 @@ from . import _lib
 from ._base import raise_for
 from .gemm import _OP_N, _OP_T, _combo, _elem_strides, _operand, _scalar
 from .handle import WORKSPACE_BYTES, lt_handle, workspace
+
+_WS_BYTES = c_size_t(WORKSPACE_BYTES)
 
 __all__ = ["MatrixLayout", "MatmulDesc", "MatmulPreference", "Matmul", "matmul", "EPILOGUES",
            "plan_cache", "clear_plan_cache"]
@@ -388,7 +391,7 @@ class Matmul:
     """
 
     __slots__ = ("_device", "_desc", "_layouts", "_pref", "_candidates", "_choice", "_algo",
-                 "_alpha", "_beta", "_specs", "_out_shape", "_out_dtype", "_epi", "_bias_len",
+                 "_alpha", "_beta", "_alpha_p", "_beta_p", "_specs", "_out_shape", "_out_dtype", "_epi", "_bias_len",
                  "_bias_dtype", "_aux_shape", "_aux_dtype", "_aux_ld", "_align", "_set_ptrs",
                  "_fp8", "_batch", "_mnk", "_tuned", "_closed", "_exts", "__weakref__")
 
@@ -512,6 +515,8 @@ class Matmul:
                                  "its item size")
         self._alpha = _scalar(alpha, scale_np, "alpha")
         self._beta = _scalar(beta, scale_np, "beta")
+        self._alpha_p = c_void_p(ctypes.addressof(self._alpha))
+        self._beta_p = c_void_p(ctypes.addressof(self._beta))
         if beta != 0 and sc is None and so is None:
             raise ValueError("beta != 0 needs c (or out) to describe the addend")
         # Alignment the heuristic may assume.
@@ -825,16 +830,20 @@ class Matmul:
         if self._closed:
             raise ClosedError("this Matmul plan was freed")
         dev = self._device
-        arrs = []
-        for x, (shape, strides, dtype), what in ((a, self._specs[0], "a"),
-                                                 (b, self._specs[1], "b")):
-            if type(x) is not DeviceArray:
-                x = asarray(x)
-            if x._shape != shape or x._strides != strides or x._dtype != dtype:
-                raise ValueError(f"{what} is {x._shape} {x._dtype} with strides {x._strides}; "
-                                 f"the plan was made for {shape} {dtype} strides {strides}")
-            arrs.append(self._ptr(x, what, dev))
-        a_ptr, b_ptr = arrs
+        # a and b checked inline (this is the hot path of cublas.matmul); any mismatch goes
+        # through the explanatory checks below.
+        if type(a) is not DeviceArray:
+            a = asarray(a)
+        if type(b) is not DeviceArray:
+            b = asarray(b)
+        spec_a, spec_b = self._specs[0], self._specs[1]
+        if (a._shape, a._strides, a._dtype) != spec_a or a._device is not dev or \
+                (a._buf is not None and a._buf._ptr is None) or a._ptr & (self._align - 1):
+            self._check_operand(a, spec_a, "a", dev)
+        if (b._shape, b._strides, b._dtype) != spec_b or b._device is not dev or \
+                (b._buf is not None and b._buf._ptr is None) or b._ptr & (self._align - 1):
+            self._check_operand(b, spec_b, "b", dev)
+        a_ptr, b_ptr = a._ptr, b._ptr
         s = as_stream(stream, dev)
         if out is None:
             lc = self._layouts[2]
@@ -901,10 +910,12 @@ class Matmul:
         _drv.get().cuCtxSetCurrent(dev._ctx)
         la, lb, lc = self._layouts
         ws = workspace(dev, s._handle)
-        st = _lib.get_lt().cublasLtMatmul(
-            lt_handle(dev), self._desc._raw, ctypes.addressof(self._alpha), b_ptr, la._raw,
-            a_ptr, lb._raw, ctypes.addressof(self._beta), c_ptr, lc._raw, d_ptr, lc._raw,
-            ctypes.byref(self._algo), ws, WORKSPACE_BYTES, s._h)
+        # The unchecked entry point: every argument below is already a ctypes pointer or
+        # the size_t the prototype wants, so ctypes converts nothing.
+        st = _lib.get_lt().unchecked("cublasLtMatmul")(
+            lt_handle(dev), self._desc._raw, self._alpha_p, c_void_p(b_ptr), la._raw,
+            c_void_p(a_ptr), lb._raw, self._beta_p, c_void_p(c_ptr), lc._raw, c_void_p(d_ptr),
+            lc._raw, ctypes.byref(self._algo), c_void_p(ws), _WS_BYTES, s._h)
         if st:
             raise_for(st, "cublasLtMatmul", repr(self))
         if epi.aux == "out":
@@ -912,6 +923,13 @@ class Matmul:
         return out
 
     __call__ = execute
+
+    def _check_operand(self, x: DeviceArray, spec, what: str, dev) -> None:
+        shape, strides, dtype = spec
+        if x._shape != shape or x._strides != strides or x._dtype != dtype:
+            raise ValueError(f"{what} is {x._shape} {x._dtype} with strides {x._strides}; "
+                             f"the plan was made for {shape} {dtype} strides {strides}")
+        self._ptr(x, what, dev)
 
     def _ptr(self, x: DeviceArray, what: str, dev) -> int:
         if x._device is not dev:

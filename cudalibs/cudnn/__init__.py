@@ -10,7 +10,10 @@
 - :mod:`~cudalibs.cudnn.descriptors`: RAII descriptors cached by their parameters; the layout
   convention (logical NCHW arrays, layout read from strides).
 - :mod:`~cudalibs.cudnn.conv`: convolution forward/backward, fused conv+bias+activation,
-  algorithm find/heuristic with plans cached per problem key.
+  algorithm find/heuristic with plans cached per problem key; on cuDNN's graph API first
+  (``cudnn.conv.GRAPH_API = False`` forces the legacy API).
+- :mod:`~cudalibs.cudnn.graph`: the graph (backend) API: backend descriptors, operation
+  graphs, engine heuristics, execution plans and variant packs.
 - :mod:`~cudalibs.cudnn.norm`, :mod:`~cudalibs.cudnn.pooling`,
   :mod:`~cudalibs.cudnn.activation`: batch-norm, pooling, activations, softmax, add_tensor.
 
@@ -19,6 +22,7 @@ current stream, and allocates outputs stream-ordered unless ``out=`` is given.  
 package loads nothing.
 """
 
+from . import graph
 from ._base import check_versions, last_error_string, version, version_tuple
 from .activation import (activation, activation_backward, activation_forward, add_tensor,
                          softmax, softmax_backward, softmax_forward)
@@ -35,7 +39,7 @@ from .norm import batch_norm_backward, batch_norm_infer, batch_norm_train
 from .pooling import pooling_backward, pooling_forward, pooling_output_shape
 
 __all__ = [
-    "version", "version_tuple", "last_error_string", "check_versions",
+    "version", "version_tuple", "last_error_string", "check_versions", "graph",
     "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
     "conv_bias_act", "conv_output_shape", "ConvPlan", "NoAlgorithmError", "algo_cache",
     "clear_algo_cache", "FWD_ALGOS", "BWD_DATA_ALGOS", "BWD_FILTER_ALGOS",

@@ -32,6 +32,7 @@ libraryPropertyType = c_int
 cudnnSoftmaxAlgorithm_t = c_int
 cudnnSoftmaxMode_t = c_int
 cudnnBatchNormMode_t = c_int
+cudnnBatchNormOps_t = c_int
 cudnnDeterminism_t = c_int
 cudnnConvolutionFwdAlgo_t = c_int
 cudnnConvolutionBwdDataAlgo_t = c_int
@@ -108,6 +109,10 @@ CUDNN_SOFTMAX_MODE_CHANNEL = 1
 CUDNN_BATCHNORM_PER_ACTIVATION = 0
 CUDNN_BATCHNORM_SPATIAL = 1
 CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2
+# enum cudnnBatchNormOps_t (the *Ex batch-norm entry points)
+CUDNN_BATCHNORM_OPS_BN = 0
+CUDNN_BATCHNORM_OPS_BN_ACTIVATION = 1
+CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION = 2
 # enum cudnnDeterminism_t
 CUDNN_NON_DETERMINISTIC = 0
 CUDNN_DETERMINISTIC = 1
@@ -431,6 +436,72 @@ TABLE = [
            cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
            cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
            c_void_p, c_double, c_void_p, c_void_p]),
+    # cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps,
+    #     const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc,
+    #     const cudnnTensorDescriptor_t yDesc,
+    #     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
+    #     const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)
+    Proto("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnTensorDescriptor_t,
+           cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnActivationDescriptor_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps,
+    #     const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc,
+    #     const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc,
+    #     const cudnnTensorDescriptor_t dxDesc,
+    #     const cudnnTensorDescriptor_t dBnScaleBiasDesc,
+    #     const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)
+    Proto("cudnnGetBatchNormalizationBackwardExWorkspaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnTensorDescriptor_t,
+           cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+           cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t,
+           POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps,
+    #     const cudnnActivationDescriptor_t activationDesc,
+    #     const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes)
+    Proto("cudnnGetBatchNormalizationTrainingExReserveSpaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t,
+           cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps,
+    #     const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc,
+    #     const void *xData, const cudnnTensorDescriptor_t zDesc, const void *zData,
+    #     const cudnnTensorDescriptor_t yDesc, void *yData,
+    #     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale,
+    #     const void *bnBias, double exponentialAverageFactor, void *resultRunningMean,
+    #     void *resultRunningVariance, double epsilon, void *resultSaveMean,
+    #     void *resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc,
+    #     void *workspace, size_t workSpaceSizeInBytes, void *reserveSpace,
+    #     size_t reserveSpaceSizeInBytes)
+    Proto("cudnnBatchNormalizationForwardTrainingEx", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, c_void_p, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
+           c_double, c_void_p, c_void_p, c_double, c_void_p, c_void_p,
+           cudnnActivationDescriptor_t, c_void_p, c_size_t, c_void_p, c_size_t]),
+    # cudnnStatus_t cudnnBatchNormalizationBackwardEx(
+    #     cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps,
+    #     const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff,
+    #     const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *xData,
+    #     const cudnnTensorDescriptor_t yDesc, const void *yData,
+    #     const cudnnTensorDescriptor_t dyDesc, const void *dyData,
+    #     const cudnnTensorDescriptor_t dzDesc, void *dzData,
+    #     const cudnnTensorDescriptor_t dxDesc, void *dxData,
+    #     const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScaleData,
+    #     const void *bnBiasData, void *dBnScaleData, void *dBnBiasData, double epsilon,
+    #     const void *savedMean, const void *savedInvVariance,
+    #     cudnnActivationDescriptor_t activationDesc, void *workSpace,
+    #     size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)
+    Proto("cudnnBatchNormalizationBackwardEx", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, c_void_p, c_void_p,
+           c_void_p, c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t,
+           c_void_p, cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p,
+           c_void_p, c_void_p, c_double, c_void_p, c_void_p, cudnnActivationDescriptor_t,
+           c_void_p, c_size_t, c_void_p, c_size_t]),
     # -- cnn: convolution -------------------------------------------------------------------
     # cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle,
     #                                                          int *count)
@@ -584,5 +655,168 @@ TABLE = [
            c_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, c_void_p,
            c_size_t, c_void_p, cudnnFilterDescriptor_t, c_void_p]),
 ]
+
+# == graph (backend) API: cudnn_graph.h ===========================================================
+# Descriptors of every kind are one opaque type, created with a cudnnBackendDescriptorType_t,
+# filled with typed attribute arrays, then finalized.  Used by cudalibs.cudnn.graph.
+from ctypes import c_int64  # noqa: E402
+
+# typedef void *cudnnBackendDescriptor_t
+cudnnBackendDescriptor_t = opaque_handle("cudnnBackendDescriptorOpaque")
+cudnnBackendDescriptorType_t = c_int
+cudnnBackendAttributeName_t = c_int
+cudnnBackendAttributeType_t = c_int
+
+# enum cudnnBackendDescriptorType_t (the kinds used here)
+CUDNN_BACKEND_POINTWISE_DESCRIPTOR = 0
+CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR = 1
+CUDNN_BACKEND_ENGINE_DESCRIPTOR = 2
+CUDNN_BACKEND_ENGINECFG_DESCRIPTOR = 3
+CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR = 4
+CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR = 5
+CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR = 7
+CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR = 10
+CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR = 11
+CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR = 12
+CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR = 13
+CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR = 15
+CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR = 16
+CUDNN_BACKEND_TENSOR_DESCRIPTOR = 17
+# enum cudnnBackendAttributeType_t
+CUDNN_TYPE_HANDLE = 0
+CUDNN_TYPE_DATA_TYPE = 1
+CUDNN_TYPE_BOOLEAN = 2
+CUDNN_TYPE_INT64 = 3
+CUDNN_TYPE_FLOAT = 4
+CUDNN_TYPE_DOUBLE = 5
+CUDNN_TYPE_VOID_PTR = 6
+CUDNN_TYPE_CONVOLUTION_MODE = 7
+CUDNN_TYPE_HEUR_MODE = 8
+CUDNN_TYPE_KNOB_TYPE = 9
+CUDNN_TYPE_NUMERICAL_NOTE = 11
+CUDNN_TYPE_POINTWISE_MODE = 14
+CUDNN_TYPE_BACKEND_DESCRIPTOR = 15
+CUDNN_TYPE_BEHAVIOR_NOTE = 19
+# enum cudnnBackendAttributeName_t (the attributes used here)
+CUDNN_ATTR_POINTWISE_MODE = 0
+CUDNN_ATTR_POINTWISE_MATH_PREC = 1
+CUDNN_ATTR_CONVOLUTION_COMP_TYPE = 100
+CUDNN_ATTR_CONVOLUTION_CONV_MODE = 101
+CUDNN_ATTR_CONVOLUTION_DILATIONS = 102
+CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES = 103
+CUDNN_ATTR_CONVOLUTION_POST_PADDINGS = 104
+CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS = 105
+CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS = 106
+CUDNN_ATTR_ENGINEHEUR_MODE = 200
+CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH = 201
+CUDNN_ATTR_ENGINEHEUR_RESULTS = 202
+CUDNN_ATTR_ENGINECFG_ENGINE = 300
+CUDNN_ATTR_ENGINECFG_KNOB_CHOICES = 302
+CUDNN_ATTR_EXECUTION_PLAN_HANDLE = 400
+CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG = 401
+CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402
+CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE = 600
+CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE = 601
+CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA = 700
+CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA = 701
+CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC = 702
+CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W = 703
+CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X = 704
+CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y = 705
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA = 706
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA = 707
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC = 708
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W = 709
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX = 710
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY = 711
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA = 712
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA = 713
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC = 714
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW = 715
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X = 716
+CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY = 717
+CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR = 750
+CUDNN_ATTR_OPERATION_POINTWISE_XDESC = 751
+CUDNN_ATTR_OPERATION_POINTWISE_BDESC = 752
+CUDNN_ATTR_OPERATION_POINTWISE_YDESC = 753
+CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1 = 754
+CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2 = 755
+CUDNN_ATTR_OPERATIONGRAPH_HANDLE = 800
+CUDNN_ATTR_OPERATIONGRAPH_OPS = 801
+CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT = 900
+CUDNN_ATTR_TENSOR_DATA_TYPE = 901
+CUDNN_ATTR_TENSOR_DIMENSIONS = 902
+CUDNN_ATTR_TENSOR_STRIDES = 903
+CUDNN_ATTR_TENSOR_UNIQUE_ID = 906
+CUDNN_ATTR_TENSOR_IS_VIRTUAL = 907
+CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000
+CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS = 1001
+CUDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003
+CUDNN_ATTR_ENGINE_GLOBAL_INDEX = 1301
+CUDNN_ATTR_ENGINE_NUMERICAL_NOTE = 1303
+CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE = 1305
+# enum cudnnPointwiseMode_t (the modes used here)
+CUDNN_POINTWISE_ADD = 0
+CUDNN_POINTWISE_IDENTITY = 21
+CUDNN_POINTWISE_RELU_FWD = 100
+# enum cudnnBackendHeurMode_t
+CUDNN_HEUR_MODE_INSTANT = 0
+CUDNN_HEUR_MODE_B = 1
+CUDNN_HEUR_MODE_FALLBACK = 2
+CUDNN_HEUR_MODE_A = 3
+# enum cudnnBackendNumericalNote_t
+CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0
+CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS = 1
+CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION = 2
+CUDNN_NUMERICAL_NOTE_FFT = 3
+CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC = 4
+CUDNN_NUMERICAL_NOTE_WINOGRAD = 5
+CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4 = 6
+CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6 = 7
+CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13 = 8
+CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP = 9
+# enum cudnnBackendBehaviorNote_t
+CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION = 0
+CUDNN_BEHAVIOR_NOTE_REQUIRES_FILTER_INT8x32_REORDER = 1
+CUDNN_BEHAVIOR_NOTE_REQUIRES_BIAS_INT8x32_REORDER = 2
+CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API = 3
+CUDNN_BEHAVIOR_NOTE_CUBLASLT_DEPENDENCY = 4
+# cudnnStatus_t values the graph backend tells apart
+CUDNN_STATUS_NOT_SUPPORTED = 3000
+
+TABLE += [
+    # cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+    #                                            cudnnBackendDescriptor_t *descriptor)
+    Proto("cudnnBackendCreateDescriptor", cudnnStatus_t,
+          [cudnnBackendDescriptorType_t, POINTER(cudnnBackendDescriptor_t)]),
+    # cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor)
+    Proto("cudnnBackendDestroyDescriptor", cudnnStatus_t, [cudnnBackendDescriptor_t]),
+    # cudnnStatus_t cudnnBackendInitialize(cudnnBackendDescriptor_t descriptor)
+    # (deprecated in cuDNN 9; bound for completeness, the wrappers create fresh descriptors)
+    Proto("cudnnBackendInitialize", cudnnStatus_t, [cudnnBackendDescriptor_t]),
+    # cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor)
+    Proto("cudnnBackendFinalize", cudnnStatus_t, [cudnnBackendDescriptor_t]),
+    # cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+    #                                        cudnnBackendAttributeName_t attributeName,
+    #                                        cudnnBackendAttributeType_t attributeType,
+    #                                        int64_t elementCount, const void *arrayOfElements)
+    Proto("cudnnBackendSetAttribute", cudnnStatus_t,
+          [cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+           c_int64, c_void_p]),
+    # cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+    #                                        cudnnBackendAttributeName_t attributeName,
+    #                                        cudnnBackendAttributeType_t attributeType,
+    #                                        int64_t requestedElementCount,
+    #                                        int64_t *elementCount, void *arrayOfElements)
+    Proto("cudnnBackendGetAttribute", cudnnStatus_t,
+          [cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+           c_int64, POINTER(c_int64), c_void_p]),
+    # cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle,
+    #                                   cudnnBackendDescriptor_t executionPlan,
+    #                                   cudnnBackendDescriptor_t variantPack)
+    Proto("cudnnBackendExecute", cudnnStatus_t,
+          [cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t]),
+]
+# == end of the graph (backend) API ===============================================================
 
 get = LazyLibrary("cudnn", TABLE)

@@ -184,6 +184,9 @@ CU_MEMORYTYPE_UNIFIED = 4
 # enum CUstream_flags_enum
 CU_STREAM_DEFAULT = 0
 CU_STREAM_NON_BLOCKING = 1
+
+# enum cudaError_enum: the values the wrappers act on (beyond raising)
+CUDA_ERROR_OUT_OF_MEMORY = 2
 # enum CUevent_flags_enum
 CU_EVENT_DEFAULT = 0
 CU_EVENT_BLOCKING_SYNC = 1

@@ -409,7 +409,9 @@ class ParamBlock:
         return a
 
     def _bytes(self, a, p: Param) -> bytes:
-        if isinstance(a, np.void) or (isinstance(a, np.ndarray) and a.ndim == 0):
+        if isinstance(a, (np.void, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0):
+            # A numpy scalar goes by its bytes: np.float16(x) or ml_dtypes.bfloat16(x) for a
+            # __half / __nv_bfloat16 parameter, which CUDA C passes as a 2-byte struct.
             data = a.tobytes()
         elif isinstance(a, (bytes, bytearray, memoryview)):
             data = bytes(a)
@@ -418,9 +420,13 @@ class ParamBlock:
         elif isinstance(a, np.ndarray):
             data = np.ascontiguousarray(a).tobytes()
         else:
+            hint = ""
+            if p.size == 2 and isinstance(a, (int, float)):
+                hint = ("; for a __half or __nv_bfloat16 parameter (a 2-byte struct in the PTX) "
+                        "give np.float16(x) or ml_dtypes.bfloat16(x)")
             raise TypeError(f"{self._where(p)} is a struct passed by value: give bytes, a numpy "
-                            f"structured scalar or a ctypes Structure of {p.size} bytes, not "
-                            f"{type(a).__name__}")
+                            f"scalar or structured scalar, or a ctypes Structure of {p.size} "
+                            f"bytes, not {type(a).__name__}{hint}")
         if len(data) != p.size:
             raise ValueError(f"{self._where(p)} takes {p.size} bytes, got {len(data)}")
         return data

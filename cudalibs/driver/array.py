@@ -789,10 +789,19 @@ def empty(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
             except TypeError:   # an unhashable dtype-like
                 pass
     if device is None and stream is not None:
-        dev = as_stream(stream).device or as_device(None)
+        s = as_stream(stream)
+        dev = s._device or as_device(None)
     else:
         dev = as_device(device)
-    buf = dev.memory_pool.allocate(nbytes, stream)
+        s = None
+    pool = dev._pool or dev.memory_pool
+    if nbytes == 0:
+        buf = pool.allocate(0, stream)
+    else:
+        # MemoryPool.allocate without re-checking what is known here.
+        if s is None or s._device is not dev:
+            s = as_stream(stream, dev)
+        buf = pool._allocate(nbytes, s)
     return DeviceArray._view(buf._ptr, shape, strides, dt, dev, buf, None)
 
 

@@ -8,10 +8,20 @@ that may already be unloaded.
 
 Stream-ordered buffers (from a :class:`MemoryPool`) remember the stream they were allocated
 on and are freed on it, so a free never races work still queued there.
+
+Stream-ordered blocks are recycled without the driver: a block of at most
+:data:`CACHE_BLOCK_BYTES` freed on a stream cudalibs owns (or on the legacy default stream)
+goes to a per-pool list for its stream and size class, and the next allocation of that class
+on that stream takes it back.  Reuse on the same stream is ordered after every earlier use of
+the block exactly as a driver free and allocation would be, and it saves two driver calls,
+which for small and medium tensors cost more than the work.  Borrowed and per-thread default streams are
+never cached (their lifetime or ordering is not known here), nor is anything while a
+:func:`cudalibs.graph.capture` block is open (a graph must own the memory it allocates).
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import weakref
 
@@ -21,9 +31,11 @@ from ..errors import ClosedError, CudaLibsError
 from . import _capture, _lib
 from ._core import raise_for
 from .device import Device, as_device
+from . import stream as _stream_mod
 from .stream import Stream, as_stream
 
-__all__ = ["DeviceBuffer", "HostBuffer", "MemoryPool", "alloc", "alloc_async", "pinned_empty"]
+__all__ = ["DeviceBuffer", "HostBuffer", "MemoryPool", "alloc", "alloc_async", "pinned_empty",
+           "CACHE_BLOCK_BYTES"]
 
 # Sizes beyond this cannot be expressed in size_t arithmetic the driver does on them.
 _MAX_BYTES = 2**62
@@ -47,7 +59,11 @@ def _free_sync(free, set_ctx, ctx, ptr):
     free(ptr)
 
 
-def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream):
+def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream, cache=None, key=None):
+    # Small blocks on a live stream go back to the pool's cache for that stream (see the
+    # module docstring); the rest are freed.
+    if cache is not None and alive[0] and not _capture._open[0] and cache.put(key, ptr):
+        return
     # A stream closed before the buffer: free on the legacy stream, which orders itself after
     # all blocking work of the context.
     # During a capture only a free on a live stream of our own is safe (on the capturing
@@ -57,6 +73,128 @@ def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream):
         return
     set_ctx(ctx)
     free(ptr, stream_h if alive[0] else null_stream)
+
+
+#: id -> live :class:`_Release`; holding them here keeps their callbacks armed.
+_releases: dict = {}
+#: Set once the interpreter starts exiting: releases do nothing from then on, since the
+#: driver reclaims everything at process end and may already be unloading.
+_exiting = [False]
+atexit.register(_exiting.__setitem__, 0, True)
+
+
+def _fire(ref) -> None:
+    if _releases.pop(id(ref), None) is not None and not _exiting[0]:
+        ref._fn(*ref._args)
+
+
+class _Release(weakref.ref):
+    """``weakref.finalize`` for device buffers at a fraction of its cost.
+
+    Calls ``fn(*args)`` exactly once: when the buffer is garbage collected or when the
+    release is called, whichever comes first, and never during interpreter exit.  It holds the
+    C function and the raw pointer, never the buffer.  (``weakref.finalize`` keeps a registry
+    object, an atexit flag and a counter per instance; on the allocation hot path that was a
+    quarter of the whole cost of :func:`cudalibs.empty`.)
+    """
+
+    __slots__ = ("_fn", "_args")
+
+    def __new__(cls, obj, fn, args):
+        self = weakref.ref.__new__(cls, obj, _fire)
+        self._fn = fn
+        self._args = args
+        _releases[id(self)] = self
+        return self
+
+    def __init__(self, obj, fn, args):   # weakref.ref's own __init__ takes no extra args
+        pass
+
+    @property
+    def alive(self) -> bool:
+        return id(self) in _releases
+
+    def detach(self):
+        """Disarm without calling; returns ``(fn, args)`` or None when already done."""
+        if _releases.pop(id(self), None) is not None:
+            return self._fn, self._args
+        return None
+
+    def __call__(self):
+        if _releases.pop(id(self), None) is not None:
+            return self._fn(*self._args)
+        return None
+
+
+#: Stream-ordered blocks up to this size are recycled by the pool's per-stream cache.
+CACHE_BLOCK_BYTES = 32 << 20
+#: Most blocks kept per (stream, size class); beyond it freed blocks go back to the driver.
+#: Memory held here is returned when an allocation runs out of memory, by
+#: :meth:`MemoryPool.trim` and by :meth:`MemoryPool.release_cached`.
+_CACHE_DEPTH = 64
+
+
+def _size_class(nbytes: int) -> int:
+    """Round up to 512 bytes, then to a quarter of the power of two below (at most 25% over),
+    so near sizes share blocks."""
+    if nbytes <= 4096:
+        return (nbytes + 511) & ~511
+    q = 1 << (nbytes.bit_length() - 3)
+    return (nbytes + q - 1) & ~(q - 1)
+
+
+class _BlockCache:
+    """The small-block cache of one :class:`MemoryPool`: ``(stream handle, size class) ->
+    [device pointers]``.
+
+    No lock: ``dict.get``/``setdefault`` and ``list.append``/``pop`` are atomic under the GIL,
+    and a free may run from the garbage collector in the middle of an allocation on the same
+    thread, where a lock would deadlock.
+    """
+
+    __slots__ = ("lists", "open")
+
+    def __init__(self):
+        self.lists: dict = {}
+        self.open = True        # False once the pool is closed: frees then go to the driver
+
+    def take(self, key):
+        lst = self.lists.get(key)
+        if lst:
+            try:
+                return lst.pop()
+            except IndexError:  # another thread emptied it meanwhile
+                pass
+        return None
+
+    def put(self, key, ptr) -> bool:
+        if not self.open:
+            return False
+        lst = self.lists.get(key)
+        if lst is None:
+            lst = self.lists.setdefault(key, [])
+        if len(lst) >= _CACHE_DEPTH:
+            return False
+        lst.append(ptr)
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return sum(key[1] * len(lst) for key, lst in list(self.lists.items()))
+
+    def drain(self, stream_handle=None) -> list:
+        """Remove and return ``[(stream handle, ptr), ...]`` for one stream or all."""
+        out = []
+        for key in list(self.lists):
+            if stream_handle is not None and key[0] != stream_handle:
+                continue
+            lst = self.lists.get(key)
+            while lst:
+                try:
+                    out.append((key[0], lst.pop()))
+                except IndexError:
+                    break
+        return out
 
 
 class DeviceBuffer:
@@ -239,9 +377,8 @@ def alloc(nbytes: int, device=None) -> DeviceBuffer:
     if st:
         raise_for(st, "cuMemAlloc_v2", f"requested {nbytes} bytes on device {dev.ordinal}")
     buf = DeviceBuffer._make(p.value, nbytes, dev)
-    buf._finalizer = weakref.finalize(buf, _free_sync, L.cuMemFree_v2, L.cuCtxSetCurrent,
-                                      dev._ctx, p.value)
-    buf._finalizer.atexit = False
+    buf._finalizer = _Release(buf, _free_sync, (L.cuMemFree_v2, L.cuCtxSetCurrent, dev._ctx,
+                                                p.value))
     return buf
 
 
@@ -262,7 +399,7 @@ class MemoryPool:
         Upper bound of the pool's memory (0: no bound).
     """
 
-    __slots__ = ("_h", "_device", "_finalizer", "__weakref__")
+    __slots__ = ("_h", "_device", "_finalizer", "_cache", "__weakref__")
 
     def __init__(self, device=None, *, release_threshold: int | None = None, max_size: int = 0):
         dev = as_device(device)
@@ -279,6 +416,8 @@ class MemoryPool:
             raise_for(st, "cuMemPoolCreate")
         self._h = h
         self._device = dev
+        self._cache = _BlockCache()
+        _pools.add(self)
         self._finalizer = weakref.finalize(self, L.cuMemPoolDestroy, h)
         self._finalizer.atexit = False
         try:
@@ -341,8 +480,10 @@ class MemoryPool:
         """Return cached memory to the device, keeping at least ``keep`` bytes reserved.
 
         Frees queued on streams count only once they have executed: synchronize first to
-        return everything.
+        return everything.  Small blocks held for reuse (:meth:`release_cached`) are freed
+        first, and waited for, since only executed frees can be returned.
         """
+        self._release_and_wait()
         st = _lib.get().cuMemPoolTrimTo(self._check(), _check_nbytes(keep))
         if st:
             raise_for(st, "cuMemPoolTrimTo")
@@ -354,23 +495,77 @@ class MemoryPool:
         stream once it waits on an event recorded after it); it is freed on the same stream.
         """
         nbytes = _check_nbytes(nbytes)
-        h = self._check()
+        self._check()
         dev = self._device
         s = as_stream(stream, dev)
         if nbytes == 0:
             return DeviceBuffer._make(0, 0, dev, stream=s, pool=self)
+        return self._allocate(nbytes, s)
+
+    def _allocate(self, nbytes: int, s: Stream) -> DeviceBuffer:
+        """:meth:`allocate` after its checks: ``nbytes > 0``, ``s`` live and usable here."""
+        dev = self._device
         L = _lib.get()
-        L.cuCtxSetCurrent(dev._ctx)
-        p = _lib.CUdeviceptr()
-        st = L.cuMemAllocFromPoolAsync(ctypes.byref(p), nbytes, h, s._h)
-        if st:
-            raise_for(st, "cuMemAllocFromPoolAsync",
-                      f"requested {nbytes} bytes on device {dev.ordinal}")
-        buf = DeviceBuffer._make(p.value, nbytes, dev, stream=s, pool=self)
-        buf._finalizer = weakref.finalize(buf, _free_async, L.cuMemFreeAsync, L.cuCtxSetCurrent,
-                                          dev._ctx, p.value, s._h, s._alive, _NULL_STREAM)
-        buf._finalizer.atexit = False
+        cache = key = ptr = None
+        size = nbytes
+        if nbytes <= CACHE_BLOCK_BYTES and (s._finalizer is not None or s._handle == 0) \
+                and not _capture._open[0]:
+            cache = self._cache
+            size = _size_class(nbytes)
+            key = (s._handle, size)
+            ptr = cache.take(key)
+        if ptr is None:
+            L.cuCtxSetCurrent(dev._ctx)
+            p = _lib.CUdeviceptr()
+            st = L.cuMemAllocFromPoolAsync(ctypes.byref(p), size, self._check(), s._h)
+            if st == _lib.CUDA_ERROR_OUT_OF_MEMORY and self._cache.lists:
+                # Cached blocks are free memory the driver cannot see: give them back, wait
+                # for those frees (other streams' count only once executed), retry.
+                self._release_and_wait()
+                L.cuCtxSetCurrent(dev._ctx)
+                st = L.cuMemAllocFromPoolAsync(ctypes.byref(p), size, self._h, s._h)
+            if st:
+                raise_for(st, "cuMemAllocFromPoolAsync",
+                          f"requested {nbytes} bytes on device {dev.ordinal}")
+            ptr = p.value
+        buf = DeviceBuffer._make(ptr, nbytes, dev, stream=s, pool=self)
+        buf._finalizer = _Release(buf, _free_async, (
+            L.cuMemFreeAsync, L.cuCtxSetCurrent, dev._ctx, ptr, s._h, s._alive, _NULL_STREAM,
+            cache, key))
         return buf
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of small freed blocks held for reuse on their streams (counted in
+        :attr:`used_bytes`, since the driver sees them as allocated)."""
+        return self._cache.nbytes
+
+    def release_cached(self, stream=None) -> None:
+        """Free the small blocks held for reuse (all, or those of one stream) to the pool.
+
+        Each is freed on the stream it was last used on, so this is safe at any time.
+        """
+        self._release(None if stream is None else as_stream(stream)._handle)
+
+    def _release_and_wait(self) -> None:
+        """Free every cached block and wait for the frees (they count only once executed)."""
+        L = _lib.get()
+        for handle in self._release(None):
+            st = L.cuStreamSynchronize(ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream))
+            if st:
+                raise_for(st, "cuStreamSynchronize")
+
+    def _release(self, stream_handle) -> set:
+        """Free the cached blocks (of one raw stream handle, or all); returns the handles of
+        the streams the frees were queued on."""
+        blocks = self._cache.drain(stream_handle)
+        if not blocks:
+            return set()
+        L = _lib.get()
+        L.cuCtxSetCurrent(self._device._ctx)
+        for handle, ptr in blocks:
+            L.cuMemFreeAsync(ptr, ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream))
+        return {handle for handle, _ in blocks}
 
     def close(self) -> None:
         """Destroy the pool.
@@ -382,10 +577,12 @@ class MemoryPool:
         """
         if not self._finalizer.alive:
             return
+        self._release_and_wait()
         used = self.used_bytes
         if used:
             raise CudaLibsError(f"memory pool still has {used} bytes allocated; close those "
                                 "buffers (and synchronize their streams) first")
+        self._cache.open = False
         self._finalizer()
 
     @property
@@ -395,11 +592,22 @@ class MemoryPool:
     def __repr__(self) -> str:
         if self.closed:
             return f"<MemoryPool closed on device {self._device.ordinal}>"
-        return (f"<MemoryPool on device {self._device.ordinal}: {self.used_bytes} bytes used, "
-                f"{self.reserved_bytes} reserved>")
+        return (f"<MemoryPool on device {self._device.ordinal}: {self.used_bytes} bytes used "
+                f"({self.cached_bytes} cached for reuse), {self.reserved_bytes} reserved>")
 
 
 _NULL_STREAM = _lib.CUstream()
+_pools: "weakref.WeakSet[MemoryPool]" = weakref.WeakSet()
+
+
+def _stream_destroyed(handle: int) -> None:
+    """Before a stream is destroyed, free the blocks cached for it (on it)."""
+    for pool in list(_pools):
+        if pool._finalizer.alive:
+            pool._release(handle)
+
+
+_stream_mod.DESTROY_HOOKS.append(_stream_destroyed)
 
 
 def alloc_async(nbytes: int, stream=None, device=None) -> DeviceBuffer:

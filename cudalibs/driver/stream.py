@@ -24,11 +24,21 @@ __all__ = ["Stream", "Event", "current_stream", "default_stream", "as_stream"]
 
 _tls = threading.local()
 
+#: Called with the raw handle (int) of an owned stream just before it is destroyed; the memory
+#: module frees the blocks it holds for that stream here.
+DESTROY_HOOKS: list = []
+
 
 def _destroy_stream(destroy, set_ctx, ctx, handle, alive):
     alive[0] = False
     if _capture.defer(_destroy_stream, (destroy, set_ctx, ctx, handle, alive)):
         return
+    raw = ctypes.cast(handle, ctypes.c_void_p).value or 0
+    for hook in DESTROY_HOOKS:
+        try:
+            hook(raw)
+        except Exception:   # noqa: BLE001 - the stream must still be destroyed
+            pass
     set_ctx(ctx)
     destroy(handle)
 

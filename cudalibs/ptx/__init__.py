@@ -24,7 +24,8 @@ def _suffixed(names, suffixes):
 ENTRIES: dict[str, tuple[str, ...]] = {
     "elementwise": (
         _suffixed(("add", "axpy", "scale", "fill", "relu_backward"), ("f32", "f64", "f16", "bf16"))
-        + _suffixed(("bias_relu", "bias_gelu", "batch_norm_relu"), ("f32", "f16", "bf16"))
+        + _suffixed(("bias_relu", "bias_gelu", "batch_norm_relu", "channel_bias_act"),
+                    ("f32", "f16", "bf16"))
     ),
     "matmul": ("matmul_naive_f32", "matmul_tiled_f32", "bmm_f32"),
     "softmax": _suffixed(("softmax", "log_softmax"), ("f32", "f16", "bf16")),

@@ -1,6 +1,6 @@
 // Elementwise kernels: add, axpy, scale, fill, bias + ReLU / GELU, inference batch-norm + ReLU,
-// ReLU backward.  Flat, C-contiguous data; grid-stride loops with 64-bit indices, so any grid
-// covers any size.  Suffixes: f32, f64, f16 (IEEE half), bf16 (bfloat16).
+// ReLU backward, a convolution's per-channel bias (+ residual) + activation epilogue.  Flat,
+// C-contiguous data; grid-stride loops with 64-bit indices, so any grid covers any size.  Suffixes: f32, f64, f16 (IEEE half), bf16 (bfloat16).
 #include "common.cuh"
 
 // No __restrict__ in this file: in-place calls (out is x, axpy of y onto itself) are legal, and
@@ -71,6 +71,22 @@ __device__ __forceinline__ void bn_relu_impl(const T* x, const float* scale, con
     }
 }
 
+// The epilogue of a convolution, in place on its output y (N, C, ...) in either packed layout:
+// y = act(y + alpha2 * z + bias[c]), channel c = (i / inner) % channels (inner = the spatial
+// size for channels-first data, 1 for channels-last).  z may be null.  act: 0 identity, 1 ReLU.
+// One pass over y, where bias-add and ReLU as separate kernels make two.
+template <typename T>
+__device__ __forceinline__ void channel_bias_act_impl(T* y, const T* z, float alpha2,
+                                                      const T* bias, u64 n, u64 channels,
+                                                      u64 inner, int act) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) {
+        u64 c = (i / inner) % channels;
+        float v = to_acc(y[i]) + to_acc(bias[c]);
+        if (z) v += alpha2 * to_acc(z[i]);
+        y[i] = from_acc<T>(act ? relu_f(v) : v);
+    }
+}
+
 #define ELEMENTWISE(SUF, T, A)                                                                   \
     extern "C" __global__ void add_##SUF(const T* x, const T* y, T* out, u64 n) {               \
         add_impl<T>(x, y, out, n);                                                               \
@@ -113,6 +129,11 @@ extern "C" __global__ void fill_bf16(__nv_bfloat16* x, u32 bits, u64 n) {
         const T* x, const float* scale, const float* shift, const float* mean,                  \
         const float* var, float eps, T* out, u64 n, u64 channels, u64 inner) {                  \
         bn_relu_impl<T>(x, scale, shift, mean, var, eps, out, n, channels, inner);               \
+    }                                                                                            \
+    extern "C" __global__ void channel_bias_act_##SUF(T* y, const T* z, float alpha2,           \
+                                                       const T* bias, u64 n, u64 channels,       \
+                                                       u64 inner, int act) {                     \
+        channel_bias_act_impl<T>(y, z, alpha2, bias, n, channels, inner, act);                   \
     }
 
 BIAS_BN(f32, float)

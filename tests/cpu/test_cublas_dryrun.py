@@ -38,12 +38,50 @@ class _Recorder:
         return self.status
 
 
+_CArg = type(ctypes.byref(ctypes.c_int()))     # what ctypes.byref returns
+
+
+class _UncheckedRecorder(_Recorder):
+    """Records calls made through ``BoundLibrary.unchecked``, where ctypes converts nothing:
+    each argument must already be of its parameter's kind in the prototype (a Python int or
+    that exact ctypes integer type for integer parameters, a pointer object for pointers).
+    The recorded call holds plain values, as the checked entry point would see them."""
+
+    def __init__(self, name, table=None):
+        super().__init__()
+        self.proto = {p.name: p for p in (table or _lib.TABLE)}[name]
+
+    def __call__(self, *args):
+        types = self.proto.argtypes
+        assert len(args) == len(types), (self.proto.name, len(args), len(types))
+        plain = []
+        for i, (x, t) in enumerate(zip(args, types)):
+            where = f"{self.proto.name} argument {i}"
+            if issubclass(t, ctypes._SimpleCData) and t._type_ in "iIlLqQhH":
+                if type(x) is int:
+                    lo, hi = (-(1 << 31), 1 << 31) if ctypes.sizeof(t) == 4 else (-(1 << 63),
+                                                                                 1 << 63)
+                    assert lo <= x < hi, f"{where}: {x} does not fit {t.__name__}"
+                    plain.append(x)
+                else:
+                    assert type(x) is t, f"{where}: {type(x).__name__} for {t.__name__}"
+                    plain.append(x.value)
+            else:   # a pointer parameter
+                assert isinstance(x, (ctypes.c_void_p, ctypes._Pointer, _CArg)), \
+                    f"{where}: {type(x).__name__} for a pointer"
+                plain.append(x.value if isinstance(x, ctypes.c_void_p) else x)
+        return super().__call__(*plain)
+
+
 class _FakeBlas:
     def __init__(self):
-        self.cublasGemmEx = _Recorder()
-        self.cublasGemmStridedBatchedEx = _Recorder()
+        self.cublasGemmEx = _UncheckedRecorder("cublasGemmEx")
+        self.cublasGemmStridedBatchedEx = _UncheckedRecorder("cublasGemmStridedBatchedEx")
         self.cublasSetStream_v2 = _Recorder()
         self.cublasSetWorkspace_v2 = _Recorder()
+
+    def unchecked(self, name):
+        return getattr(self, name)
 
 
 class _FakeLt:
@@ -51,7 +89,7 @@ class _FakeLt:
 
     def __init__(self, real):
         self._real = real
-        self.cublasLtMatmul = _Recorder()
+        self.cublasLtMatmul = _UncheckedRecorder("cublasLtMatmul", _lib.LT_TABLE)
         self.heuristic_calls = 0
 
     def cublasLtMatmulAlgoGetHeuristic(self, h, desc, la, lb, lc, ld, pref, k, results, count):
@@ -63,6 +101,10 @@ class _FakeLt:
             results[i].wavesCount = 1.0
         count._obj.value = n
         return 0
+
+    def unchecked(self, name):
+        assert name == "cublasLtMatmul"
+        return self.cublasLtMatmul
 
     def __getattr__(self, name):
         return getattr(self._real, name)

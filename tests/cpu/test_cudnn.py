@@ -276,6 +276,45 @@ def _fake(shape, dtype=np.float32, channels_last=False, strides=None, dev=None):
 _DEV = _FakeDevice()
 
 
+class _Other:
+    ordinal = 1
+    compute_capability = (9, 0)
+
+
+def _bn_state(shape=(2, 3, 4, 4), c=3):
+    from cudalibs.cudnn.norm import BatchNormState
+
+    st = BatchNormState()
+    st.y, st.save_mean, st.save_inv_std = _fake(shape), _fake((c,)), _fake((c,))
+    st.reserve, st.path, st.mode, st.eps = _fake((128,), np.uint8), "ex", "spatial", 1e-5
+    st.activation, st.fused_add, st.bias = None, False, _fake((c,))
+    return st
+
+
+def test_batch_norm_state_unpacks_like_the_old_tuple():
+    st = _bn_state()
+    y, mean, inv = st
+    assert (y, mean, inv) == (st.y, st.save_mean, st.save_inv_std)
+    assert len(st) == 3 and st[1] is st.save_mean and st[-1] is st.save_inv_std
+    assert st[:2] == (st.y, st.save_mean)
+    r = repr(st)
+    assert "path='ex'" in r and "128 B" in r and "spatial" in r
+    st.activation, st.fused_add = "relu", True
+    assert "add+relu" in repr(st)
+    with pytest.raises(AttributeError):
+        st.other = 1  # __slots__
+
+
+def test_batch_norm_ops_constants():
+    assert (_lib.CUDNN_BATCHNORM_OPS_BN, _lib.CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
+            _lib.CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION) == (0, 1, 2)
+    from cudalibs.cudnn import norm
+
+    assert norm._is_not_supported(3000) and norm._is_not_supported(3004)
+    assert not norm._is_not_supported(2000) and not norm._is_not_supported(0)
+    assert norm.batch_norm_paths(_fake((2, 5, 3, 3), np.float16)) == {}
+
+
 @pytest.mark.parametrize("call, exc, match", [
     (lambda c: c.conv_forward(_fake((1, 4, 8, 8)), _fake((2, 3, 3, 3))), ValueError,
      "channel mismatch"),
@@ -325,6 +364,39 @@ _DEV = _FakeDevice()
      ValueError, "eps"),
     (lambda c: c.batch_norm_train(_fake((2, 3, 4, 4)), _fake((3,)), _fake((3,)), mode="x"),
      ValueError, "spatial"),
+    (lambda c: c.batch_norm_train(_fake((2, 4, 4, 4), np.float16, True), _fake((4,)),
+                                  _fake((4,)), activation="gelu"), ValueError, "'relu'"),
+    (lambda c: c.batch_norm_train(_fake((2, 4, 4, 4)), _fake((4,)), _fake((4,)),
+                                  activation="relu"), ValueError, "channels-last"),
+    (lambda c: c.batch_norm_train(_fake((2, 4, 4, 4), np.float16, True), _fake((4,)),
+                                  _fake((4,)), activation="relu", mode="per_activation"),
+     ValueError, "spatial mode"),
+    (lambda c: c.batch_norm_train(_fake((2, 4, 4, 4)), _fake((4,)), _fake((4,)),
+                                  z=_fake((2, 4, 4, 4))), ValueError, "activation='relu'"),
+    (lambda c: c.batch_norm_train(_fake((2, 4, 4, 4), np.float16, True), _fake((4,)),
+                                  _fake((4,)), activation="relu",
+                                  z=_fake((2, 4, 4, 2), np.float16, True)), ValueError,
+     "must match x"),
+    (lambda c: c.batch_norm_train(_fake((2, 4, 4, 4), np.float16, True), _fake((4,)),
+                                  _fake((4,)), activation="relu",
+                                  z=_fake((2, 4, 4, 4), np.float16)), ValueError,
+     "memory layout"),
+    (lambda c: c.batch_norm_backward(_fake((2, 3, 4, 4)), _fake((2, 3, 4, 4)), _fake((3,)),
+                                     _bn_state(), _fake((3,))), ValueError, "either"),
+    (lambda c: c.batch_norm_backward(_fake((2, 3, 4, 4)), _fake((2, 3, 4, 4)), _fake((3,)),
+                                     _bn_state(), eps=1e-3), ValueError, "eps"),
+    (lambda c: c.batch_norm_backward(_fake((2, 3, 4, 4)), _fake((2, 3, 4, 4)), _fake((3,)),
+                                     _bn_state(), mode="per_activation"), ValueError, "mode"),
+    (lambda c: c.batch_norm_backward(_fake((2, 3, 4, 4)), _fake((2, 3, 4, 4)), _fake((3,)),
+                                     _fake((3,)), _fake((3,)), reserve=_fake((64,), np.uint8,
+                                                                             dev=_Other())),
+     ValueError, "device 1"),
+    (lambda c: c.batch_norm_backward(_fake((2, 3, 4, 4)), _fake((2, 3, 4, 4)), _fake((3,)),
+                                     _fake((3,)), _fake((3,)),
+                                     reserve=_fake((8, 8), np.uint8, strides=(16, 1))),
+     ValueError, "contiguous"),
+    (lambda c: c.batch_norm_backward(_fake((2, 3, 4, 4)), _fake((2, 3, 4, 4), np.float16),
+                                     _fake((3,))), ValueError, "must match x"),
     (lambda c: c.add_tensor(_fake((1, 3, 2, 1)), _fake((2, 3, 4, 4))), ValueError,
      "broadcast"),
 ])

@@ -195,6 +195,23 @@ def test_structs_by_value():
         blk.write((1, bytes(24), 3.0, 9))
 
 
+def test_half_structs_take_two_byte_numpy_scalars():
+    """NVRTC passes ``__half`` / ``__nv_bfloat16`` as ``.align 2 .b8 p[2]``: a numpy float16
+    or ml_dtypes bfloat16 scalar fills it with its bits; a Python float is refused with a hint."""
+    import ml_dtypes
+
+    (p,) = P.parse_signature("b8[2]:2")
+    blk = P.ParamBlock([p], "k", None)
+    blk.write((np.float16(-1.5),))
+    assert _bytes_at(blk, 0) == np.float16(-1.5).tobytes()
+    blk.write((ml_dtypes.bfloat16(3.0),))
+    assert _bytes_at(blk, 0) == np.asarray(3.0, ml_dtypes.bfloat16).tobytes()
+    with pytest.raises(TypeError, match=r"np\.float16\(x\) or ml_dtypes\.bfloat16"):
+        blk.write((0.5,))
+    with pytest.raises(ValueError, match="takes 2 bytes, got 4"):
+        blk.write((np.float32(0.5),))
+
+
 @pytest.mark.parametrize("sig, bad, exc, text", [
     ("u32", -1, ValueError, r"-1 is out of range \[0, 4294967295\]"),
     ("u32", 2**32, ValueError, "out of range"),

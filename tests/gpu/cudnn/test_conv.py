@@ -1,5 +1,9 @@
 """cuDNN convolution against the float64 numpy references: forward, backward data/filter/bias,
-fused conv+bias+activation, both layouts, 2-D and 3-D, algorithm choice and plan caching."""
+fused conv+bias+activation, both layouts, 2-D and 3-D, algorithm choice and plan caching.
+
+Every test runs twice: with the graph (backend) API enabled (``conv.GRAPH_API = True``, the
+default: problems it takes run there, the rest fall back to legacy plans) and with the legacy
+API only.  tests/gpu/cudnn/test_graph.py checks that the graph path is really taken."""
 
 import ctypes
 
@@ -12,9 +16,20 @@ import cudalibs as cl
 from cudalibs.cudnn.descriptors import layouts_of
 from cudalibs import cudnn
 from cudalibs import testing as T
+from cudalibs.cudnn import conv as conv_mod
 from cudalibs.testing import ref
 
 from ._helpers import FLOATS, GPU, is_channels_last, poisoned, rand
+
+
+@pytest.fixture(autouse=True, params=["graph", "legacy"])
+def backend(request, monkeypatch):
+    """Run the test on the graph API (legacy fallbacks allowed) and on the legacy API only."""
+    monkeypatch.setattr(conv_mod, "GRAPH_API", request.param == "graph")
+    # one runtime-compiled candidate per search keeps the many small problems here quick
+    monkeypatch.setattr(conv_mod, "FIND_MAX_COMPILED", 1)
+    monkeypatch.setattr(conv_mod, "FIND_MAX_PLANS", 4)
+    return request.param
 
 
 @st.composite
@@ -101,7 +116,11 @@ def test_conv_backward_filter(device, p, dtype, cl_, det, seed):
     if det:
         plan = [v for k, v in cudnn.algo_cache().items()
                 if k[0] == "backward_filter" and k[13] is True][-1]
-        assert plan.deterministic and plan.algo not in (0, 3)
+        assert plan.deterministic, repr(plan)
+        if plan.backend == "graph":
+            assert "nondeterministic" not in plan.notes, repr(plan)
+        else:
+            assert plan.algo not in (0, 3), repr(plan)
 
 
 @GPU
@@ -183,24 +202,42 @@ def test_tf32_math_is_opt_in(device, rng):
     T.assert_close(y, want, np.float32, msg=_plan_note("forward"))
 
 
-def test_plan_is_cached_and_find_never_touches_out(device, rng):
+def test_plan_is_cached_and_find_never_touches_out(device, rng, backend):
     cudnn.clear_algo_cache()
     xh, x = rand((2, 4, 9, 9), "float32", rng)
     wh, w = rand((8, 4, 3, 3), "float32", rng)
     oh, out = rand((2, 8, 9, 9), "float32", rng)
     # beta=1 on the first call: if the algorithm search wrote into out, the sum would be wrong
+    # (beta != 0 always runs a legacy plan: the graph bakes beta into its operation)
     cudnn.conv_forward(x, w, padding=1, out=out, beta=1.0)
     T.assert_close(out, ref.conv_forward(xh, wh, padding=1) + oh, np.float32)
     plans = dict(cudnn.algo_cache())
     assert len(plans) == 1
     (plan,) = plans.values()
     assert plan.op == "forward" and plan.source == "find" and "ConvPlan" in repr(plan)
+    assert plan.backend == "legacy"
+    # the default scaling is another key (graph-eligible when the switch is on): one new plan
+    cudnn.conv_forward(x, w, padding=1, out=out)
+    plans2 = dict(cudnn.algo_cache())
+    if backend == "graph":
+        assert len(plans2) == 2
+        (plan2,) = [v for v in plans2.values() if v is not plan]
+        # a graph plan, or a legacy one that says why the graph API could not serve it
+        assert plan2.backend == "graph" or plan2.fallback, repr(plan2)
+    else:  # legacy only: alpha/beta are call arguments, one plan serves both
+        assert plans2 == plans
+        plan2 = plan
     n_desc = cudnn.descriptor_cache_size()
     for _ in range(3):
         cudnn.conv_forward(x, w, padding=1, out=out)
-    assert dict(cudnn.algo_cache()) == plans and list(cudnn.algo_cache().values())[0] is plan
+    assert dict(cudnn.algo_cache()) == plans2
     assert cudnn.descriptor_cache_size() == n_desc
-    T.assert_close(out, ref.conv_forward(xh, wh, padding=1), np.float32)
+    T.assert_close(out, ref.conv_forward(xh, wh, padding=1), np.float32, msg=repr(plan2))
+    # and beta=1 again reuses the first (legacy) plan, not the graph one
+    oh2, out2 = rand((2, 8, 9, 9), "float32", rng)
+    cudnn.conv_forward(x, w, padding=1, out=out2, beta=1.0)
+    T.assert_close(out2, ref.conv_forward(xh, wh, padding=1) + oh2, np.float32)
+    assert dict(cudnn.algo_cache()) == plans2
 
 
 def test_workspace_limit_and_explicit_algorithms(device, rng):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cudnn
 from cudalibs import testing as T
+from cudalibs.cudnn.norm import BatchNormState, batch_norm_paths
 from cudalibs.testing import ref
 
 from ._helpers import FLOATS, GPU, device_array, is_channels_last, poisoned, rand
@@ -39,8 +40,10 @@ def test_batch_norm_train_and_backward(device, shape, dtype, cl_, mode, seed):
     rmh, rm = rand(pshape, pd, rng)
     rvh, rv = rand(pshape, pd, rng, low=0.5, high=1.5)
     note(f"{shape} {dtype} channels_last={cl_} {mode}")
-    y, mean, inv = cudnn.batch_norm_train(x, g, b, rm, rv, momentum=0.2, eps=1e-4, mode=mode,
-                                          out=poisoned(shape, xh.dtype, cl_))
+    state = cudnn.batch_norm_train(x, g, b, rm, rv, momentum=0.2, eps=1e-4, mode=mode,
+                                   out=poisoned(shape, xh.dtype, cl_))
+    y, mean, inv = state
+    note(f"{state!r}; paths {batch_norm_paths(x, mode)}")
     wy, wmean, winv, wrm, wrv = ref.batch_norm_train(xh, gh, bh, rmh, rvh, 0.2, 1e-4, mode)
     T.assert_close(y, wy, dtype)
     # statistics are float32 (float64) sums of the inputs, which the reference sees exactly
@@ -50,6 +53,12 @@ def test_batch_norm_train_and_backward(device, shape, dtype, cl_, mode, seed):
     dx, dg, db = cudnn.batch_norm_backward(x, dy, g, mean, inv, eps=1e-4, mode=mode,
                                            out=poisoned(shape, xh.dtype, cl_))
     wdx, wdg, wdb = ref.batch_norm_backward(xh, dyh, gh, 1e-4, mode)
+    T.assert_close(dx, wdx, dtype)
+    T.assert_close(dg, wdg, dtype)
+    T.assert_close(db, wdb, dtype)
+    # the same through the state (statistics, reserve space, eps and mode travel with it)
+    dx, dg, db = cudnn.batch_norm_backward(x, dy, g, state, out=poisoned(shape, xh.dtype, cl_))
+    note(f"paths after the backward with the state: {batch_norm_paths(x, mode)}")
     T.assert_close(dx, wdx, dtype)
     T.assert_close(dg, wdg, dtype)
     T.assert_close(db, wdb, dtype)
@@ -75,6 +84,120 @@ def test_batch_norm_2d_input(device, rng):
     bh, b = rand((5,), "float32", rng)
     y, _, _ = cudnn.batch_norm_train(x, g, b)
     T.assert_close(y, ref.batch_norm_train(xh, gh, bh)[0], np.float32)
+
+
+def _nhwc_bn_problem(rng, shape, dtype, c_mult=1):
+    n, c, h, w = shape
+    shape = (max(n, 2), c * c_mult, h, w)
+    xh, x = rand(shape, dtype, rng, True)
+    gh, g = rand((shape[1],), np.float32, rng)
+    bh, b = rand((shape[1],), np.float32, rng)
+    return shape, xh, x, gh, g, bh, b
+
+
+@GPU
+@given(shape=nd_shapes(4, 4, max_side=8), dtype=st.sampled_from(["float16", "bfloat16"]),
+       seed=st.integers(0, 2**31))
+def test_batch_norm_nhwc_half_takes_the_ex_path(device, shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    shape, xh, x, gh, g, bh, b = _nhwc_bn_problem(rng, shape, dtype)
+    rmh, rm = rand((shape[1],), np.float32, rng)
+    rvh, rv = rand((shape[1],), np.float32, rng, low=0.5, high=1.5)
+    state = cudnn.batch_norm_train(x, g, b, rm, rv, momentum=0.3, eps=1e-3,
+                                   out=poisoned(shape, xh.dtype, True))
+    assert isinstance(state, BatchNormState)
+    paths = batch_norm_paths(x)
+    note(f"{shape} {dtype}: {state!r}; paths {paths}")
+    if dtype == "float16":
+        # the point of the Ex entry points: channels-last half data reaches the fast kernel
+        assert state.path == "ex" and paths["forward"] == "ex", paths
+    assert is_channels_last(state.y)
+    wy, wmean, winv, wrm, wrv = ref.batch_norm_train(xh, gh, bh, rmh, rvh, 0.3, 1e-3)
+    T.assert_close(state.y, wy, dtype)
+    for got, want in ((state.save_mean, wmean), (state.save_inv_std, winv), (rm, wrm),
+                      (rv, wrv)):
+        T.assert_close(got, want, np.float32)
+    dyh, dy = rand(shape, dtype, rng, True)
+    wdx, wdg, wdb = ref.batch_norm_backward(xh, dyh, gh, 1e-3)
+    # with the reserve, three ways: the state, reserve= beside the statistics, and none
+    for how in ("state", "reserve=", "no reserve"):
+        if how == "state":
+            got = cudnn.batch_norm_backward(x, dy, g, state, out=poisoned(shape, xh.dtype, True))
+        elif how == "reserve=":
+            got = cudnn.batch_norm_backward(x, dy, g, state.save_mean, state.save_inv_std,
+                                            reserve=state.reserve, eps=1e-3,
+                                            out=poisoned(shape, xh.dtype, True))
+        else:
+            got = cudnn.batch_norm_backward(x, dy, g, state.save_mean, state.save_inv_std,
+                                            eps=1e-3, out=poisoned(shape, xh.dtype, True))
+        note(f"backward ({how}): paths {batch_norm_paths(x)}")
+        assert is_channels_last(got[0])
+        for a, want in zip(got, (wdx, wdg, wdb)):
+            T.assert_close(a, want, dtype)
+        if how == "state" and dtype == "float16":
+            assert batch_norm_paths(x)["backward"] == "ex", batch_norm_paths(x)
+
+
+def test_batch_norm_ex_decision_is_cached(device, rng):
+    xh, x = rand((4, 8, 5, 5), "float16", rng, True)
+    g = cl.to_device(T.random_array((8,), np.float32, rng=rng))
+    b = cl.to_device(T.random_array((8,), np.float32, rng=rng))
+    from cudalibs.cudnn import norm
+
+    first = cudnn.batch_norm_train(x, g, b)
+    plan = norm._plan(x, "spatial")
+    decided = dict(plan.ex)
+    second = cudnn.batch_norm_train(x, g, b)
+    assert plan.ex == decided and norm._plan(x, "spatial") is plan
+    assert first.path == second.path
+    T.assert_close(second.y, first.y.get(), "float16")
+
+
+def test_batch_norm_float32_nchw_and_float64_paths(device, rng):
+    # float64 always takes the plain entry points; whatever cuDNN says for float32 NCHW,
+    # the result is right and the path recorded.
+    for dtype in ("float32", "float64"):
+        xh, x = rand((4, 3, 5, 5), dtype, rng)
+        pd = _pdtype(dtype)
+        gh, g = rand((3,), pd, rng)
+        bh, b = rand((3,), pd, rng)
+        state = cudnn.batch_norm_train(x, g, b)
+        paths = batch_norm_paths(x)
+        print(dtype, paths)
+        assert paths["forward"].split(":")[0] == state.path
+        if dtype == "float64":
+            assert state.path == "legacy" and state.reserve is None
+        T.assert_close(state.y, ref.batch_norm_train(xh, gh, bh)[0], dtype)
+
+
+@GPU
+@given(shape=nd_shapes(4, 4, max_side=6), add=st.booleans(), seed=st.integers(0, 2**31))
+def test_batch_norm_fused_relu(device, shape, add, seed):
+    # cuDNN fuses relu(bn(x) [+ z]) for channels-last half data; channels a multiple of 4
+    # (the documented alignment of the persistent kernels)
+    rng = np.random.default_rng(seed)
+    shape, xh, x, gh, g, bh, b = _nhwc_bn_problem(rng, shape, "float16", c_mult=4)
+    zh, z = rand(shape, "float16", rng, True) if add else (None, None)
+    state = cudnn.batch_norm_train(x, g, b, eps=1e-3, activation="relu", z=z,
+                                   out=poisoned(shape, xh.dtype, True))
+    note(f"{shape} add={add}: {state!r}; paths {batch_norm_paths(x)}")
+    assert state.path == "ex" and state.activation == "relu" and state.fused_add == add
+    pre, *_ = ref.batch_norm_train(xh, gh, bh, eps=1e-3)
+    if add:
+        pre = pre + zh.astype(np.float64)
+    T.assert_close(state.y, ref.relu(pre), "float16")
+    dyh, dy = rand(shape, "float16", rng, True)
+    got = cudnn.batch_norm_backward(x, dy, g, state, out=poisoned(shape, xh.dtype, True))
+    assert len(got) == (4 if add else 3)
+    # the gradient through the relu, masked where cuDNN's own output is positive (values
+    # within rounding of zero would otherwise make the mask ambiguous)
+    gpre = ref.relu_backward(dyh, state.y.get())
+    wdx, wdg, wdb = ref.batch_norm_backward(xh, gpre, gh, 1e-3)
+    T.assert_close(got[0], wdx, "float16")
+    T.assert_close(got[1], wdg, "float16")
+    T.assert_close(got[2], wdb, "float16")
+    if add:
+        T.assert_close(got[3], gpre, "float16")
 
 
 # -- pooling ---------------------------------------------------------------------------------------

@@ -167,4 +167,11 @@ extern "C" __global__ void bf16_scale(__nv_bfloat16* y, float a, unsigned int n)
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = __float2bfloat16(a * __bfloat162float(y[i]));
 }
+// Half and bfloat16 *scalar* parameters (2-byte structs in the PTX), widened exactly to float;
+// __fmul_rn keeps the multiply and add apart (no FMA), so numpy's float32 result is exact.
+extern "C" __global__ void half_scalars(float* y, const float* x, __half a, __nv_bfloat16 b,
+                                        unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __fmul_rn(__half2float(a), x[i]) + __bfloat162float(b);
+}
 """

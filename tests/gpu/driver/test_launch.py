@@ -10,7 +10,7 @@ import cudalibs as cl
 from cudalibs import testing as T
 from cudalibs.driver.module import Module
 
-from ._sources import CLUSTER, MISC, SAXPY, STORE_ALL_KINDS, STORE_ALL_PTX
+from ._sources import CLUSTER, HALF, MISC, SAXPY, STORE_ALL_KINDS, STORE_ALL_PTX
 
 GPU = settings(max_examples=25, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -24,6 +24,11 @@ def store_all(device):
 @pytest.fixture(scope="module")
 def misc(device):
     return cl.compile(MISC)
+
+
+@pytest.fixture(scope="module")
+def half_scalars(device):
+    return cl.compile(HALF)["half_scalars"]
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +86,35 @@ def test_every_param_kind_round_trips(store_all, values, struct_bytes, prepared)
     got = out.get()
     np.testing.assert_array_equal(got, _expected_words(values, struct_bytes),
                                   err_msg=f"kinds {[k for k, _ in STORE_ALL_KINDS]}")
+
+
+@GPU
+@given(a=st.floats(-60000, 60000, allow_nan=False), b=st.floats(-1e30, 1e30, allow_nan=False),
+       prepared=st.booleans())
+def test_half_and_bfloat16_scalar_parameters(half_scalars, a, b, prepared):
+    """``__half`` / ``__nv_bfloat16`` parameters are 2-byte structs in NVRTC's PTX: numpy's
+    float16 and ml_dtypes' bfloat16 scalars arrive bit for bit."""
+    import ml_dtypes
+
+    n = 300
+    x = T.random_array(n, np.float32, rng=3)
+    xd = cl.to_device(x)
+    y = cl.empty(n, np.float32).fill(T.poison_value(np.float32))
+    ah, bh = np.float16(a), ml_dtypes.bfloat16(b)
+    if prepared:
+        half_scalars.prepare(2, 256)(y, xd, ah, bh, n)
+    else:
+        half_scalars.launch(2, 256, y, xd, ah, bh, n)
+    np.testing.assert_array_equal(y.get(), np.float32(ah) * x + np.float32(bh),
+                                  err_msg=f"a={a!r} b={b!r}")
+
+
+def test_half_struct_parameter_needs_a_two_byte_scalar(half_scalars):
+    y = cl.empty(4, np.float32)
+    with pytest.raises(TypeError, match="np.float16"):
+        half_scalars.launch(1, 4, y, y, 0.5, np.float16(1.0), 4)
+    with pytest.raises(ValueError, match="takes 2 bytes, got 4"):
+        half_scalars.launch(1, 4, y, y, np.float32(0.5), np.float16(1.0), 4)
 
 
 def test_numpy_scalars_and_structured_struct(store_all):

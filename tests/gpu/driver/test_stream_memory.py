@@ -8,6 +8,7 @@ import pytest
 
 import cudalibs as cl
 from cudalibs import testing as T
+from cudalibs.driver.memory import CACHE_BLOCK_BYTES
 
 cuda_bindings = pytest.importorskip("cuda.bindings.driver")
 
@@ -209,7 +210,9 @@ def test_pool_allocation_and_free_order(device):
         b.close()
     del arrays
     s.sync()
-    assert pool.used_bytes == 0
+    # Blocks of up to CACHE_BLOCK_BYTES wait in the pool's cache for reuse on s.
+    assert pool.cached_bytes == 8 << 20
+    assert pool.used_bytes == pool.cached_bytes
     reserved = pool.reserved_bytes
     assert reserved >= 8 << 20  # kept cached: release threshold is unbounded
     reused = pool.allocate(1 << 20, stream=s)
@@ -302,3 +305,71 @@ def test_pinned_memory_is_recognised(device):
     assert not _is_pinned(np.empty(4).ctypes.data)
     torch = pytest.importorskip("torch")
     assert _is_pinned(torch.empty(4, pin_memory=True).data_ptr())
+
+
+def test_small_blocks_are_recycled_on_their_stream(device):
+    pool = cl.MemoryPool(device)
+    s, s2 = cl.Stream(), cl.Stream()
+    a = pool.allocate(3000, stream=s)
+    ptr = a.ptr
+    a.close()
+    assert pool.cached_bytes == 3072          # its size class
+    b = pool.allocate(2600, stream=s)         # same class, same stream: the same block
+    assert b.ptr == ptr and b.size == 2600 and pool.cached_bytes == 0
+    b.close()
+    c = pool.allocate(3000, stream=s2)        # another stream never takes s's block
+    assert pool.cached_bytes == 3072 and c.ptr != ptr
+    c.close()
+    big = pool.allocate(CACHE_BLOCK_BYTES + 1, stream=s)
+    big.close()                               # over the limit: back to the driver
+    assert pool.cached_bytes == 2 * 3072
+    assert "cached for reuse" in repr(pool)
+    pool.release_cached(stream=s2)
+    assert pool.cached_bytes == 3072
+    s.close()                                 # a stream's blocks are freed before it goes
+    assert pool.cached_bytes == 0
+    s2.sync()
+    pool.trim()
+    assert pool.used_bytes == 0
+    pool.close()
+
+
+def test_borrowed_and_capturing_streams_bypass_the_cache(device):
+    pool = device.memory_pool
+    pool.release_cached()
+    torch = pytest.importorskip("torch")
+    ts = torch.cuda.Stream()
+    borrowed = cl.Stream.from_handle(ts)
+    pool.allocate(4096, stream=borrowed).close()
+    assert pool.cached_bytes == 0             # its lifetime is not ours to know
+    s = cl.Stream()
+    with cl.graph.capture(s):
+        x = cl.empty(1000, np.float32, stream=s)   # an allocation node of the graph
+        x.close()                                  # and its free node
+        assert pool.cached_bytes == 0
+    s.sync()
+    ts.synchronize()
+
+
+def test_recycled_blocks_keep_data_apart(device, rng):
+    """Allocate, fill, free and check blocks of mixed sizes on two streams in random order:
+    a recycled block handed out twice, or reused across streams unordered, shows up as a
+    wrong value."""
+    s = [cl.Stream(), cl.Stream()]
+    live = []
+    for i in range(1500):
+        if live and rng.random() < 0.45:
+            arr, val, k = live.pop(int(rng.integers(len(live))))
+            got = arr.get(stream=s[k])
+            assert (got == val).all(), (i, arr.shape, val, got[:4])
+            arr.close()
+            continue
+        k = int(rng.integers(2))
+        n = int(rng.choice([1, 7, 100, 1000, 4097, 30000, 70000]))
+        val = np.float32(i + 0.5)
+        arr = cl.empty(n, np.float32, stream=s[k]).fill(val, stream=s[k])
+        live.append((arr, val, k))
+    for arr, val, k in live:
+        assert (arr.get(stream=s[k]) == val).all()
+    for x in s:
+        x.sync()

@@ -121,6 +121,51 @@ def test_bias_act(device, dtype, act, rows, features, seed, lead):
 
 @pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
 @GPU
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 20), st.integers(1, 9),
+                       st.integers(1, 9)),
+       channels_last=st.booleans(), act=st.sampled_from(["relu", "identity"]),
+       with_z=st.booleans(), alpha2=st.sampled_from([1.0, 0.5, -2.0]),
+       seed=st.integers(0, 2**31))
+def test_channel_bias_act(device, dtype, shape, channels_last, act, with_z, alpha2, seed):
+    rng = np.random.default_rng(seed)
+    n, c, h, w = shape
+    y0 = rand(shape, dtype, rng, low=-3, high=3)
+    b = rand(c, dtype, rng)
+    z = rand(shape, dtype, rng, low=-3, high=3) if with_z else None
+
+    def dev(a):
+        if not channels_last:
+            return cl.to_device(a)
+        return cl.to_device(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+    y = dev(y0)
+    got = K.channel_bias_act(y, cl.to_device(b), z=None if z is None else dev(z),
+                             alpha2=alpha2, activation=act)
+    assert got is y
+    pre = y0.astype(np.float64) + b.astype(np.float64).reshape(1, c, 1, 1)
+    if with_z:
+        pre = pre + alpha2 * z.astype(np.float64)
+    expected = np.maximum(pre, 0) if act == "relu" else pre
+    T.assert_close(np.asarray(y.get()), expected, dtype,
+                   msg=f"{shape} channels_last={channels_last} {act} z={with_z}")
+
+
+def test_channel_bias_act_bad_input(device):
+    y = cl.zeros((2, 4, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="bias must be"):
+        K.channel_bias_act(y, cl.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="activation"):
+        K.channel_bias_act(y, cl.zeros(4, np.float32), activation="gelu")
+    with pytest.raises(ValueError, match="packed"):
+        K.channel_bias_act(cl.zeros((2, 4, 3, 6), np.float32)[..., ::2], cl.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="z must match"):
+        K.channel_bias_act(y, cl.zeros(4, np.float32), z=cl.zeros((2, 4, 3, 3), np.float16))
+    with pytest.raises(ValueError, match="overlaps"):
+        K.channel_bias_act(y, y.reshape(-1)[:4])
+
+
+@pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
+@GPU
 @given(shape=st.tuples(st.integers(1, 4), st.integers(1, 40), st.integers(1, 13),
                        st.integers(1, 13)),
        eps=st.sampled_from([1e-5, 1e-3, 0.1]), seed=st.integers(0, 2**31))

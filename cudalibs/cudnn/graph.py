@@ -1,0 +1,646 @@
+"""cuDNN's graph (backend) API: operation graphs, engine heuristics and execution plans.
+
+The legacy convolution API (``cudnnFindConvolution*AlgorithmEx``) only reaches a subset of the
+kernels cuDNN 9 has; the Hopper engines and the runtime-fused kernels (convolution + bias +
+activation generated for the problem) are reachable only through the graph API.  Its shape:
+
+1. *descriptors* of every kind (:class:`BackendDescriptor`) are created empty, filled with
+   typed attribute arrays (``cudnnBackendSetAttribute``) and finalized;
+2. tensors (:func:`tensor`, each with a unique id) and operations (:func:`conv_operation`,
+   :func:`pointwise_operation`) make an *operation graph* (:func:`operation_graph`);
+3. *engine heuristics* (:func:`engine_configs`) rank the engine configurations that can run
+   the graph; each carries numerical notes (tensor cores, down-conversion, non-determinism)
+   and behaviour notes the caller filters on;
+4. an *execution plan* (:class:`ExecutionPlan`) is one finalized configuration bound to a
+   handle, with its workspace size;
+5. a *variant pack* (unique ids -> device pointers, plus the workspace) runs it:
+   ``cudnnBackendExecute(handle, plan, pack)``.
+
+Everything up to the plan is built once per problem; a plan keeps finalized variant packs for
+the last few pointer sets it ran with (:meth:`ExecutionPlan.execute`), so a loop over the same
+buffers makes exactly one ctypes call per run.
+
+Descriptors, heuristics and even engine configurations need no GPU (cuDNN 9 finalizes them
+host-side); execution plans need a handle, and so a device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from .._ffi import OwnedHandle
+from ..errors import ClosedError, CudnnError
+from . import _lib
+from ._base import last_error_string, raise_for
+
+__all__ = ["BackendDescriptor", "EngineConfig", "ExecutionPlan", "tensor", "convolution",
+           "conv_operation", "pointwise", "pointwise_operation", "operation_graph",
+           "engine_configs", "execution_plan", "variant_pack", "attribute_name",
+           "descriptor_type_name", "NUMERICAL_NOTES", "BEHAVIOR_NOTES", "CONV_OPS"]
+
+
+def _names(prefix: str) -> dict:
+    return {v: k for k, v in vars(_lib).items()
+            if k.startswith(prefix) and isinstance(v, int)}
+
+
+_ATTR_NAMES = _names("CUDNN_ATTR_")
+_KIND_NAMES = _names("CUDNN_BACKEND_")
+_TYPE_NAMES = _names("CUDNN_TYPE_")
+#: cudnnBackendNumericalNote_t value -> short name ("tensor_core", "nondeterministic", ...).
+NUMERICAL_NOTES = {v: k[len("CUDNN_NUMERICAL_NOTE_"):].lower()
+                   for v, k in _names("CUDNN_NUMERICAL_NOTE_").items()}
+#: cudnnBackendBehaviorNote_t value -> short name ("runtime_compilation", ...).
+BEHAVIOR_NOTES = {v: k[len("CUDNN_BEHAVIOR_NOTE_"):].lower()
+                  for v, k in _names("CUDNN_BEHAVIOR_NOTE_").items()}
+
+
+def attribute_name(attr: int) -> str:
+    """The vendor name of a ``cudnnBackendAttributeName_t`` value (for messages)."""
+    return _ATTR_NAMES.get(attr, f"attribute {attr}")
+
+
+def descriptor_type_name(kind: int) -> str:
+    """The vendor name of a ``cudnnBackendDescriptorType_t`` value (for messages)."""
+    return _KIND_NAMES.get(kind, f"descriptor type {kind}")
+
+
+# The C element type of each cudnnBackendAttributeType_t used here.
+_ELEMENT = {
+    _lib.CUDNN_TYPE_HANDLE: _lib.cudnnHandle_t,
+    _lib.CUDNN_TYPE_DATA_TYPE: ctypes.c_int,
+    _lib.CUDNN_TYPE_BOOLEAN: ctypes.c_bool,
+    _lib.CUDNN_TYPE_INT64: ctypes.c_int64,
+    _lib.CUDNN_TYPE_FLOAT: ctypes.c_float,
+    _lib.CUDNN_TYPE_DOUBLE: ctypes.c_double,
+    _lib.CUDNN_TYPE_VOID_PTR: ctypes.c_void_p,
+    _lib.CUDNN_TYPE_CONVOLUTION_MODE: ctypes.c_int,
+    _lib.CUDNN_TYPE_HEUR_MODE: ctypes.c_int,
+    _lib.CUDNN_TYPE_KNOB_TYPE: ctypes.c_int,
+    _lib.CUDNN_TYPE_NUMERICAL_NOTE: ctypes.c_int,
+    _lib.CUDNN_TYPE_POINTWISE_MODE: ctypes.c_int,
+    _lib.CUDNN_TYPE_BACKEND_DESCRIPTOR: _lib.cudnnBackendDescriptor_t,
+    _lib.CUDNN_TYPE_BEHAVIOR_NOTE: ctypes.c_int,
+}
+
+
+class BackendDescriptor(OwnedHandle):
+    """One ``cudnnBackendDescriptor_t``: created empty of a kind, filled, finalized.
+
+    Parameters
+    ----------
+    kind : int
+        A ``cudnnBackendDescriptorType_t`` (``_lib.CUDNN_BACKEND_TENSOR_DESCRIPTOR``, ...).
+
+    Notes
+    -----
+    A descriptor holds strong references to the descriptors set into it, so a graph keeps
+    its tensors and operations alive (cuDNN may keep pointers to them).  Setting an attribute
+    after :meth:`finalize` is an error cuDNN reports.
+    """
+
+    __slots__ = ("kind", "finalized", "_refs")
+
+    def __init__(self, kind: int):
+        kind = int(kind)
+        if kind not in _KIND_NAMES:
+            raise ValueError(f"unknown backend descriptor type {kind}; known: "
+                             f"{sorted(_KIND_NAMES.values())}")
+        L = _lib.get()
+        raw = _lib.cudnnBackendDescriptor_t()
+        st = L.cudnnBackendCreateDescriptor(kind, ctypes.byref(raw))
+        if st:
+            raise_for(st, "cudnnBackendCreateDescriptor", descriptor_type_name(kind))
+        self.kind = kind
+        self.finalized = False
+        self._refs = []
+        self._own(raw, L.cudnnBackendDestroyDescriptor)
+
+    # -- attributes ------------------------------------------------------------------------
+    def set(self, attr: int, atype: int, values) -> "BackendDescriptor":
+        """Set attribute ``attr`` of type ``atype`` (a ``cudnnBackendAttributeType_t``) to
+        ``values`` (one value or a sequence; descriptors for ``CUDNN_TYPE_BACKEND_DESCRIPTOR``).
+
+        Returns ``self``, so calls chain.
+        """
+        elem = _ELEMENT.get(atype)
+        if elem is None:
+            raise ValueError(f"attribute type {_TYPE_NAMES.get(atype, atype)} is not supported "
+                             "by this wrapper")
+        if isinstance(values, (list, tuple)):
+            seq = list(values)
+        else:
+            seq = [values]
+        if atype == _lib.CUDNN_TYPE_BACKEND_DESCRIPTOR:
+            for d in seq:
+                if not isinstance(d, BackendDescriptor):
+                    raise TypeError(f"{attribute_name(attr)} takes backend descriptors, "
+                                    f"not {type(d).__name__}")
+            self._refs.extend(seq)
+            seq = [d.raw for d in seq]
+        elif atype == _lib.CUDNN_TYPE_HANDLE:
+            seq = [getattr(h, "raw", h) for h in seq]
+        arr = (elem * max(len(seq), 1))(*seq)
+        st = _lib.get().cudnnBackendSetAttribute(self.raw, attr, atype, len(seq), arr)
+        if st:
+            raise_for(st, "cudnnBackendSetAttribute",
+                      f"{attribute_name(attr)} ({_TYPE_NAMES.get(atype, atype)} x {len(seq)}) "
+                      f"on {descriptor_type_name(self.kind)}")
+        return self
+
+    def get(self, attr: int, atype: int, count: int | None = None) -> list:
+        """Values of attribute ``attr`` (plain Python values; raw handles for descriptors --
+        use :meth:`get_descriptors` to receive owned ones).
+
+        ``count`` None asks cuDNN for the number of elements first.
+        """
+        elem = _ELEMENT[atype]
+        L = _lib.get()
+        n = ctypes.c_int64()
+        if count is None:
+            count = self.count(attr, atype)
+        arr = (elem * max(count, 1))()
+        st = L.cudnnBackendGetAttribute(self.raw, attr, atype, count, ctypes.byref(n), arr)
+        if st:
+            raise_for(st, "cudnnBackendGetAttribute",
+                      f"{attribute_name(attr)} of {descriptor_type_name(self.kind)}")
+        out = list(arr[:min(n.value, count)])
+        if atype == _lib.CUDNN_TYPE_BOOLEAN:
+            out = [bool(v) for v in out]
+        return out
+
+    def count(self, attr: int, atype: int) -> int:
+        """How many elements attribute ``attr`` holds."""
+        n = ctypes.c_int64()
+        st = _lib.get().cudnnBackendGetAttribute(self.raw, attr, atype, 0, ctypes.byref(n), None)
+        if st:
+            raise_for(st, "cudnnBackendGetAttribute",
+                      f"element count of {attribute_name(attr)} of "
+                      f"{descriptor_type_name(self.kind)}")
+        return int(n.value)
+
+    def get_descriptors(self, attr: int, kind: int, count: int) -> list["BackendDescriptor"]:
+        """A descriptor-valued attribute: cuDNN fills ``count`` fresh descriptors of ``kind``
+        that this call creates (the cuDNN 9 convention for getting descriptors)."""
+        ds = [BackendDescriptor(kind) for _ in range(count)]
+        arr = (_lib.cudnnBackendDescriptor_t * max(count, 1))(*[d.raw for d in ds])
+        n = ctypes.c_int64()
+        st = _lib.get().cudnnBackendGetAttribute(self.raw, attr,
+                                                 _lib.CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                                 ctypes.byref(n), arr)
+        if st:
+            raise_for(st, "cudnnBackendGetAttribute",
+                      f"{attribute_name(attr)} of {descriptor_type_name(self.kind)}")
+        for d in ds[n.value:]:
+            d.close()
+        return ds[:n.value]
+
+    def finalize(self) -> "BackendDescriptor":
+        """``cudnnBackendFinalize``: validate and freeze; returns ``self``."""
+        st = _lib.get().cudnnBackendFinalize(self.raw)
+        if st:
+            raise_for(st, "cudnnBackendFinalize", descriptor_type_name(self.kind))
+        self.finalized = True
+        return self
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("finalized" if self.finalized else "open")
+        return f"<BackendDescriptor {descriptor_type_name(self.kind)} {state}>"
+
+
+def _make(kind, *attrs, finalize=True) -> BackendDescriptor:
+    """A descriptor with ``(attr, type, values)`` triples set (and finalized)."""
+    d = BackendDescriptor(kind)
+    try:
+        for attr, atype, values in attrs:
+            d.set(attr, atype, values)
+        if finalize:
+            d.finalize()
+    except BaseException:
+        d.close()
+        raise
+    return d
+
+
+# -- builders --------------------------------------------------------------------------------
+def data_type(dtype) -> int:
+    """The ``cudnnDataType_t`` of a numpy dtype (float32/float16/bfloat16/float64, int32...)."""
+    row = _dtypes.lookup(dtype)
+    if row.cudnn is None:
+        raise TypeError(f"cuDNN has no data type for {row.name}")
+    return row.cudnn
+
+
+def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
+           virtual: bool = False) -> BackendDescriptor:
+    """A finalized tensor descriptor.
+
+    Parameters
+    ----------
+    uid : int
+        Its unique id in the graph (the variant pack binds pointers by it).
+    dtype : dtype-like
+    dims, strides : sequence of int
+        Logical dimensions and *element* strides (cuDNN's order: N, C, spatial...).
+    alignment : int
+        Byte alignment every pointer bound to it will have.
+    virtual : bool
+        An intermediate that lives only inside a fused kernel (no pointer).
+    """
+    dims, strides = [int(v) for v in dims], [int(v) for v in strides]
+    if len(dims) != len(strides) or not 1 <= len(dims) <= _lib.CUDNN_DIM_MAX:
+        raise ValueError(f"a tensor needs 1 to {_lib.CUDNN_DIM_MAX} dimensions with one stride "
+                         f"each, got dims {dims}, strides {strides}")
+    if any(n < 1 for n in dims) or any(s < 0 for s in strides):
+        raise ValueError(f"tensor dimensions must be >= 1 and strides >= 0, got {dims}, "
+                         f"{strides}")
+    if alignment < 1 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    T = _lib
+    return _make(T.CUDNN_BACKEND_TENSOR_DESCRIPTOR,
+                 (T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE, data_type(dtype)),
+                 (T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64, dims),
+                 (T.CUDNN_ATTR_TENSOR_STRIDES, T.CUDNN_TYPE_INT64, strides),
+                 (T.CUDNN_ATTR_TENSOR_UNIQUE_ID, T.CUDNN_TYPE_INT64, int(uid)),
+                 (T.CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, T.CUDNN_TYPE_INT64, int(alignment)),
+                 (T.CUDNN_ATTR_TENSOR_IS_VIRTUAL, T.CUDNN_TYPE_BOOLEAN, bool(virtual)))
+
+
+def convolution(padding, stride, dilation, *, compute=np.float32) -> BackendDescriptor:
+    """A finalized convolution descriptor: cross-correlation (what deep learning calls a
+    convolution), symmetric zero padding, one entry per spatial dimension."""
+    padding, stride, dilation = ([int(v) for v in a] for a in (padding, stride, dilation))
+    if not len(padding) == len(stride) == len(dilation) or not padding:
+        raise ValueError("padding, stride and dilation need one entry per spatial dimension")
+    if any(p < 0 for p in padding) or any(s < 1 for s in stride) or any(d < 1 for d in dilation):
+        raise ValueError(f"bad convolution parameters: padding {padding} (>= 0), stride "
+                         f"{stride} (>= 1), dilation {dilation} (>= 1)")
+    T = _lib
+    return _make(T.CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+                 (T.CUDNN_ATTR_CONVOLUTION_COMP_TYPE, T.CUDNN_TYPE_DATA_TYPE, data_type(compute)),
+                 (T.CUDNN_ATTR_CONVOLUTION_CONV_MODE, T.CUDNN_TYPE_CONVOLUTION_MODE,
+                  T.CUDNN_CROSS_CORRELATION),
+                 (T.CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, T.CUDNN_TYPE_INT64, len(padding)),
+                 (T.CUDNN_ATTR_CONVOLUTION_DILATIONS, T.CUDNN_TYPE_INT64, dilation),
+                 (T.CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, T.CUDNN_TYPE_INT64, stride),
+                 (T.CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, T.CUDNN_TYPE_INT64, padding),
+                 (T.CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, T.CUDNN_TYPE_INT64, padding))
+
+
+#: Per convolution operation: descriptor type and the attributes of its (input a, input b,
+#: output c) tensors, convolution descriptor, alpha and beta -- in the operand order the
+#: legacy functions take them (forward: x, w -> y; backward_data: w, dy -> dx;
+#: backward_filter: x, dy -> dw).
+CONV_OPS = {
+    "forward": (_lib.CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA),
+    "backward_data": (_lib.CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                      _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                      _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                      _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                      _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                      _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                      _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA),
+    "backward_filter": (_lib.CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                        _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                        _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                        _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                        _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                        _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                        _lib.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA),
+}
+
+
+def conv_operation(op: str, a: BackendDescriptor, b: BackendDescriptor, c: BackendDescriptor,
+                   conv: BackendDescriptor, *, alpha: float = 1.0, beta: float = 0.0,
+                   double: bool = False) -> BackendDescriptor:
+    """A finalized convolution operation.
+
+    Parameters
+    ----------
+    op : {"forward", "backward_data", "backward_filter"}
+    a, b, c : BackendDescriptor
+        Tensors in :data:`CONV_OPS` order (forward ``x, w, y``; backward_data ``w, dy, dx``;
+        backward_filter ``x, dy, dw``).
+    conv : BackendDescriptor
+        From :func:`convolution`.
+    alpha, beta : float
+        Baked into the operation (``c = alpha * op(a, b) + beta * c``).
+    double : bool
+        The compute type is double (alpha/beta are passed as double then, float otherwise).
+    """
+    if op not in CONV_OPS:
+        raise ValueError(f"op must be one of {sorted(CONV_OPS)}, not {op!r}")
+    kind, aa, ab, ac, aconv, aalpha, abeta = CONV_OPS[op]
+    T = _lib
+    st = T.CUDNN_TYPE_DOUBLE if double else T.CUDNN_TYPE_FLOAT
+    return _make(kind,
+                 (aa, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, a),
+                 (ab, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, b),
+                 (ac, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, c),
+                 (aconv, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, conv),
+                 (aalpha, st, float(alpha)),
+                 (abeta, st, float(beta)))
+
+
+_POINTWISE_MODES = {"add": _lib.CUDNN_POINTWISE_ADD, "relu": _lib.CUDNN_POINTWISE_RELU_FWD,
+                    "identity": _lib.CUDNN_POINTWISE_IDENTITY}
+
+
+def pointwise(mode: str, *, compute=np.float32) -> BackendDescriptor:
+    """A finalized pointwise descriptor: ``"add"``, ``"relu"`` or ``"identity"``, computed in
+    ``compute`` precision."""
+    if mode not in _POINTWISE_MODES:
+        raise ValueError(f"pointwise mode must be one of {sorted(_POINTWISE_MODES)}, "
+                         f"not {mode!r}")
+    T = _lib
+    return _make(T.CUDNN_BACKEND_POINTWISE_DESCRIPTOR,
+                 (T.CUDNN_ATTR_POINTWISE_MODE, T.CUDNN_TYPE_POINTWISE_MODE,
+                  _POINTWISE_MODES[mode]),
+                 (T.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, data_type(compute)))
+
+
+def pointwise_operation(pw: BackendDescriptor, x: BackendDescriptor, y: BackendDescriptor,
+                        b: BackendDescriptor | None = None, *, alpha1: float = 1.0,
+                        alpha2: float = 1.0) -> BackendDescriptor:
+    """A finalized pointwise operation ``y = pw(alpha1 * x[, alpha2 * b])`` (``b`` for the
+    binary modes, broadcast where its dimensions are 1)."""
+    T = _lib
+    attrs = [(T.CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, pw),
+             (T.CUDNN_ATTR_OPERATION_POINTWISE_XDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, x),
+             (T.CUDNN_ATTR_OPERATION_POINTWISE_YDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, y),
+             (T.CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, T.CUDNN_TYPE_FLOAT, float(alpha1))]
+    if b is not None:
+        attrs += [(T.CUDNN_ATTR_OPERATION_POINTWISE_BDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, b),
+                  (T.CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, T.CUDNN_TYPE_FLOAT, float(alpha2))]
+    return _make(T.CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, *attrs)
+
+
+def operation_graph(ops, handle=None) -> BackendDescriptor:
+    """A finalized operation graph of ``ops`` (operations sharing tensors by unique id).
+
+    ``handle`` (a cuDNN handle, raw or :class:`~cudalibs.driver._handles.Handle`) ties the
+    graph to its device; cuDNN 9 also finalizes a graph without one (host-only work).
+    """
+    T = _lib
+    d = _make(T.CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
+              (T.CUDNN_ATTR_OPERATIONGRAPH_OPS, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, list(ops)),
+              finalize=False)
+    try:
+        if handle is not None:
+            try:
+                d.set(T.CUDNN_ATTR_OPERATIONGRAPH_HANDLE, T.CUDNN_TYPE_HANDLE, handle)
+            except CudnnError:
+                # The attribute is deprecated in cuDNN 9; a library that refuses it finalizes
+                # the graph without a handle (the execution plan carries one).
+                last_error_string()
+        d.finalize()
+    except BaseException:
+        d.close()
+        raise
+    return d
+
+
+# -- engines ---------------------------------------------------------------------------------
+class EngineConfig(NamedTuple):
+    """One engine configuration the heuristics proposed.
+
+    Attributes
+    ----------
+    descriptor : BackendDescriptor
+        The ``ENGINECFG`` descriptor (finalized by cuDNN).
+    engine : int
+        The engine's global index.
+    knobs : tuple of (int, int)
+        ``(knob type, value)`` choices.
+    numerical_notes, behavior_notes : frozenset of str
+        Names from :data:`NUMERICAL_NOTES` / :data:`BEHAVIOR_NOTES`.
+    heuristic : str
+        Which heuristic mode proposed it first (``"a"``, ``"fallback"``...).
+    """
+
+    descriptor: BackendDescriptor
+    engine: int
+    knobs: tuple
+    numerical_notes: frozenset
+    behavior_notes: frozenset
+    heuristic: str
+
+    @property
+    def name(self) -> str:
+        """``"eng12 k2=1,k3=0"``: engine index and knob choices."""
+        k = ",".join(f"k{t}={v}" for t, v in self.knobs)
+        return f"eng{self.engine}" + (f" {k}" if k else "")
+
+
+_HEUR_MODES = {"instant": _lib.CUDNN_HEUR_MODE_INSTANT, "b": _lib.CUDNN_HEUR_MODE_B,
+               "fallback": _lib.CUDNN_HEUR_MODE_FALLBACK, "a": _lib.CUDNN_HEUR_MODE_A}
+
+
+def _describe_config(cfg: BackendDescriptor, mode: str) -> EngineConfig:
+    T = _lib
+    (engine,) = cfg.get_descriptors(T.CUDNN_ATTR_ENGINECFG_ENGINE,
+                                    T.CUDNN_BACKEND_ENGINE_DESCRIPTOR, 1)
+    try:
+        index = engine.get(T.CUDNN_ATTR_ENGINE_GLOBAL_INDEX, T.CUDNN_TYPE_INT64, 1)[0]
+        num = engine.get(T.CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, T.CUDNN_TYPE_NUMERICAL_NOTE,
+                         len(NUMERICAL_NOTES) + 4)
+        beh = engine.get(T.CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, T.CUDNN_TYPE_BEHAVIOR_NOTE,
+                         len(BEHAVIOR_NOTES) + 4)
+    finally:
+        engine.close()
+    knobs = []
+    n = cfg.count(T.CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, T.CUDNN_TYPE_BACKEND_DESCRIPTOR)
+    if n:
+        for kc in cfg.get_descriptors(T.CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                      T.CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, n):
+            try:
+                knobs.append((kc.get(T.CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T.CUDNN_TYPE_KNOB_TYPE,
+                                     1)[0],
+                              kc.get(T.CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, T.CUDNN_TYPE_INT64,
+                                     1)[0]))
+            finally:
+                kc.close()
+    return EngineConfig(cfg, int(index), tuple(sorted(knobs)),
+                        frozenset(NUMERICAL_NOTES.get(v, f"note{v}") for v in num),
+                        frozenset(BEHAVIOR_NOTES.get(v, f"note{v}") for v in beh), mode)
+
+
+def engine_configs(graph: BackendDescriptor, modes=("a", "fallback"),
+                   errors: list | None = None) -> list[EngineConfig]:
+    """The engine configurations the heuristics propose for ``graph``, best first.
+
+    Each mode in ``modes`` is asked in turn; a configuration already proposed (same engine
+    and knobs) is skipped.  A mode that fails (the fallback list of a graph only fused
+    engines can run, for one) contributes nothing; its error is appended to ``errors`` when
+    a list is given.
+    """
+    T = _lib
+    seen, out = set(), []
+    for mode in modes:
+        if mode not in _HEUR_MODES:
+            raise ValueError(f"heuristic mode must be one of {sorted(_HEUR_MODES)}, "
+                             f"not {mode!r}")
+        try:
+            heur = _make(T.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+                         (T.CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                          T.CUDNN_TYPE_BACKEND_DESCRIPTOR, graph),
+                         (T.CUDNN_ATTR_ENGINEHEUR_MODE, T.CUDNN_TYPE_HEUR_MODE, _HEUR_MODES[mode]))
+            n = heur.count(T.CUDNN_ATTR_ENGINEHEUR_RESULTS, T.CUDNN_TYPE_BACKEND_DESCRIPTOR)
+            cfgs = heur.get_descriptors(T.CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        T.CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, n) if n else []
+        except Exception as exc:
+            last_error_string()  # clear it: the next failure should report its own
+            if errors is not None:
+                errors.append(f"heuristic mode {mode}: {exc}")
+            continue
+        for cfg in cfgs:
+            try:
+                ec = _describe_config(cfg, mode)
+            except Exception as exc:
+                last_error_string()
+                if errors is not None:
+                    errors.append(f"engine configuration: {exc}")
+                cfg.close()
+                continue
+            key = (ec.engine, ec.knobs)
+            if key in seen:
+                cfg.close()
+                continue
+            seen.add(key)
+            out.append(ec)
+    return out
+
+
+# -- execution -------------------------------------------------------------------------------
+_PACK_CACHE_MAX = 8
+
+
+class ExecutionPlan:
+    """A finalized execution plan: one engine configuration of one graph, on one device.
+
+    Parameters
+    ----------
+    handle
+        The cuDNN handle (raw or :class:`~cudalibs.driver._handles.Handle`) of the device.
+    config : EngineConfig
+    uids : sequence of int
+        The unique ids of the non-virtual tensors, in the order :meth:`execute` takes their
+        pointers.
+
+    Attributes
+    ----------
+    workspace_size : int
+        Bytes of workspace it needs.
+    config : EngineConfig
+
+    Notes
+    -----
+    Finalizing fails (``CudnnError``) for configurations that cannot run on this device or
+    problem; callers try the next one.
+    """
+
+    __slots__ = ("descriptor", "config", "workspace_size", "uids", "_uid_array", "_packs",
+                 "_raw", "_exec", "__weakref__")
+
+    def __init__(self, handle, config: EngineConfig, uids):
+        T = _lib
+        self.config = config
+        self.uids = tuple(int(u) for u in uids)
+        self.descriptor = _make(
+            T.CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+            (T.CUDNN_ATTR_EXECUTION_PLAN_HANDLE, T.CUDNN_TYPE_HANDLE, handle),
+            (T.CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, T.CUDNN_TYPE_BACKEND_DESCRIPTOR,
+             config.descriptor))
+        self.workspace_size = int(self.descriptor.get(
+            T.CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, T.CUDNN_TYPE_INT64, 1)[0])
+        self._uid_array = (ctypes.c_int64 * len(self.uids))(*self.uids)
+        self._packs: dict = {}
+        self._raw = self.descriptor.raw
+        self._exec = _lib.get().cudnnBackendExecute
+
+    def pack(self, ptrs, workspace: int) -> BackendDescriptor:
+        """The finalized variant pack binding ``ptrs`` (one per uid) and ``workspace``; kept
+        for the next call with the same pointers (a few sets are kept, the oldest dropped)."""
+        key = (*ptrs, workspace)
+        vp = self._packs.get(key)
+        if vp is None:
+            if len(ptrs) != len(self.uids):
+                raise ValueError(f"the plan binds {len(self.uids)} tensors, got "
+                                 f"{len(ptrs)} pointers")
+            vp = variant_pack(self.uids, ptrs, workspace, uid_array=self._uid_array)
+            if len(self._packs) >= _PACK_CACHE_MAX:
+                try:  # drop the oldest (another thread may be doing the same)
+                    self._packs.pop(next(iter(self._packs)), None)
+                except (StopIteration, RuntimeError):
+                    pass
+            self._packs[key] = vp
+        return vp
+
+    def execute(self, handle_raw, ptrs, workspace: int = 0) -> None:
+        """Run on the stream ``handle_raw`` is bound to.
+
+        The hot path: a dict lookup of the pointers' variant pack and one
+        ``cudnnBackendExecute``.
+        """
+        if not self.descriptor._finalizer.alive:
+            raise ClosedError("the execution plan is closed")
+        vp = self._packs.get((*ptrs, workspace))
+        if vp is None:
+            vp = self.pack(ptrs, workspace)
+        st = self._exec(handle_raw, self._raw, vp._raw)
+        if st:
+            raise_for(st, "cudnnBackendExecute", f"engine {self.config.name}")
+
+    @property
+    def name(self) -> str:
+        """The engine configuration's name (``"eng12 k2=1"``)."""
+        return self.config.name
+
+    def __repr__(self) -> str:
+        return (f"<ExecutionPlan {self.config.name}, workspace {self.workspace_size} B, "
+                f"notes {sorted(self.config.numerical_notes) or '-'}>")
+
+
+def execution_plan(handle, config: EngineConfig, uids) -> ExecutionPlan:
+    """An :class:`ExecutionPlan` (raises :class:`~cudalibs.errors.CudnnError` when the
+    configuration does not finalize)."""
+    return ExecutionPlan(handle, config, uids)
+
+
+def variant_pack(uids, ptrs, workspace: int = 0, *, uid_array=None) -> BackendDescriptor:
+    """A finalized variant pack: device pointer ``ptrs[i]`` for tensor ``uids[i]``, plus the
+    workspace pointer (0 when none is needed)."""
+    uids, ptrs = list(uids), [int(p) for p in ptrs]
+    if len(uids) != len(ptrs):
+        raise ValueError(f"{len(uids)} unique ids but {len(ptrs)} pointers")
+    T = _lib
+    d = BackendDescriptor(T.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
+    try:
+        L = _lib.get()
+        ua = uid_array if uid_array is not None else (ctypes.c_int64 * len(uids))(*uids)
+        pa = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        wa = ctypes.c_void_p(int(workspace) or None)
+        for attr, atype, n, arr in (
+                (T.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, T.CUDNN_TYPE_INT64, len(uids), ua),
+                (T.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, T.CUDNN_TYPE_VOID_PTR, len(ptrs), pa),
+                (T.CUDNN_ATTR_VARIANT_PACK_WORKSPACE, T.CUDNN_TYPE_VOID_PTR, 1,
+                 ctypes.byref(wa))):
+            st = L.cudnnBackendSetAttribute(d.raw, attr, atype, n, arr)
+            if st:
+                raise_for(st, "cudnnBackendSetAttribute", f"{attribute_name(attr)} of a "
+                                                          "variant pack")
+        d.finalize()
+    except BaseException:
+        d.close()
+        raise
+    return d
