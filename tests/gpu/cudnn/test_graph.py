@@ -219,7 +219,7 @@ def test_fused_equals_composition_and_reference(device, p, dtype, cl_, act, with
     if with_z:
         pre = pre + 0.5 * zh.astype(np.float64)
     T.assert_close(y, ref.activation(pre, act), dtype, msg=repr(plan))
-    y3 = cudnn.conv_forward(x, w, bias=b, **kw)
+    y3 = cudnn.conv_forward(x, w, bias=b, out=poisoned(yshape, xh.dtype, cl_), **kw)
     if with_z:
         cudnn.add_tensor(z, y3, alpha=0.5, beta=1.0)
     y3 = cudnn.activation_forward(y3, act)
