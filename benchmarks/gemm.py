@@ -27,7 +27,8 @@ What is measured
    M ∈ {16, 128, 2048, 8192}, N = K ∈ {4096, 11008}, with torch.matmul for reference.
 
 GPU times are CUDA-event times of back-to-back calls on each library's own stream, median
-of the repeats (``benchmarks/_common.py``); inputs are random. Ratios are ours/theirs in
+of the repeats (``benchmarks/_common.py``; for the square GEMMs the repeats of the contenders
+alternate); inputs are random. Ratios are ours/theirs in
 throughput (above 1: cudalibs faster), or theirs/ours in time for the host cost.
 
 ``--fake`` needs no GPU: it replaces the cuBLAS library and the driver's context call by a
@@ -108,27 +109,34 @@ def square(torch, cupy, sizes):
             b = cl.to_device(b_h.astype(dt), stream=s)
             compute = "tf32" if name == "tf32" else None
             fn = lambda: cublas.gemm(a, b, compute=compute, stream=s)  # noqa: E731
-            ours = _time(fn, clock, _estimate(fn, s.sync))
-            a = b = None               # free before the peers allocate theirs
-            theirs_t = theirs_c = None
+            cases = [(fn, clock)]
             if torch:
                 tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name, torch.float32)
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-                with torch.cuda.stream(ts):
-                    ta = torch.from_numpy(a_h).cuda().to(tdt)
-                    tb = torch.from_numpy(b_h).cuda().to(tdt)
-                    tfn = lambda: torch.matmul(ta, tb)  # noqa: E731
-                    theirs_t = _time(tfn, common.torch_clock(torch, ts),
-                                     _estimate(tfn, ts.synchronize))
-                ta = tb = None
-                torch.backends.cuda.matmul.allow_tf32 = False
-            if cupy and name in ("fp16", "fp32"):     # CuPy: no bfloat16; tf32 see above
-                with cs:
-                    ca, cb = cupy.asarray(a_h.astype(dt)), cupy.asarray(b_h.astype(dt))
-                    cfn = lambda: cupy.matmul(ca, cb)  # noqa: E731
-                    theirs_c = _time(cfn, common.cupy_clock(cupy, cs),
-                                     _estimate(cfn, cs.synchronize))
-                ca = cb = None
+                ta = torch.from_numpy(a_h).to("cuda", tdt)
+                tb = torch.from_numpy(b_h).to("cuda", tdt)
+                cases.append((lambda: torch.matmul(ta, tb), common.torch_clock(torch, ts)))
+                torch.cuda.set_stream(ts)
+            with_cupy = cupy is not None and name in ("fp16", "fp32")  # no bf16; tf32: above
+            if with_cupy:
+                ca, cb = cupy.asarray(a_h.astype(dt)), cupy.asarray(b_h.astype(dt))
+                cs.use()
+                cases.append((lambda: cupy.matmul(ca, cb), common.cupy_clock(cupy, cs)))
+            # The contenders' timed loops alternate, so clock and host drifts hit all alike.
+            try:
+                times = common.time_interleaved(cases, iters=_iters_for(_estimate(fn, s.sync)),
+                                                repeats=5, warmup=2)
+            finally:
+                if torch:
+                    torch.cuda.set_stream(torch.cuda.default_stream())
+                    torch.backends.cuda.matmul.allow_tf32 = False
+                if with_cupy:
+                    cupy.cuda.Stream.null.use()
+            medians = [common.median_spread(t)[0] for t in times]
+            ours = medians.pop(0)
+            theirs_t = medians.pop(0) if torch else None
+            theirs_c = medians.pop(0) if with_cupy else None
+            a = b = ta = tb = ca = cb = None
             ours_tf, t_tf, c_tf = (_tflops(n, n, n, x) for x in (ours, theirs_t, theirs_c))
             rows.append([f"{n}", name, _fmt(ours_tf), _fmt(t_tf), _fmt(c_tf),
                          common.fmt_ratio(ours_tf, t_tf), common.fmt_ratio(ours_tf, c_tf)])
@@ -238,30 +246,34 @@ def batched(torch, cupy):
     s = cl.Stream()
     a, b = cl.to_device(a_h, stream=s), cl.to_device(b_h, stream=s)
     clock = common.cudalibs_clock(s)
-    fn = lambda: cublas.gemm_strided_batched(a, b, stream=s)  # noqa: E731
-    ours = _time(fn, clock, _estimate(fn, s.sync))
     out = cl.empty((B, M, N), np.float16, stream=s)
-    fn_out = lambda: cublas.gemm_strided_batched(a, b, out, stream=s)  # noqa: E731
-    ours_out = _time(fn_out, clock, _estimate(fn_out, s.sync))
     plan = cublas.Matmul(a, b, out=out)
     plan.autotune(stream=s)
-    fn_lt = lambda: plan.execute(a, b, out=out, stream=s)  # noqa: E731
-    ours_lt = _time(fn_lt, clock, _estimate(fn_lt, s.sync))
-    bare = _bare_batched(s, a, b, out, B, M, N, K)
-    ours_bare = _time(bare, clock, _estimate(bare, s.sync))
-    t = c = None
+    cases = [(lambda: cublas.gemm_strided_batched(a, b, stream=s), clock),
+             (lambda: cublas.gemm_strided_batched(a, b, out, stream=s), clock),
+             (lambda: plan.execute(a, b, out=out, stream=s), clock),
+             (_bare_batched(s, a, b, out, B, M, N, K), clock)]
     if torch:
         ts = torch.cuda.Stream()
-        with torch.cuda.stream(ts):
-            ta, tb = torch.from_numpy(a_h).cuda(), torch.from_numpy(b_h).cuda()
-            tfn = lambda: torch.bmm(ta, tb)  # noqa: E731
-            t = _time(tfn, common.torch_clock(torch, ts), _estimate(tfn, ts.synchronize))
+        ta, tb = torch.from_numpy(a_h).cuda(), torch.from_numpy(b_h).cuda()
+        cases.append((lambda: torch.bmm(ta, tb), common.torch_clock(torch, ts)))
+        torch.cuda.set_stream(ts)
     if cupy:
         cs = cupy.cuda.Stream(non_blocking=True)
-        with cs:
-            ca, cb = cupy.asarray(a_h), cupy.asarray(b_h)
-            cfn = lambda: cupy.matmul(ca, cb)  # noqa: E731
-            c = _time(cfn, common.cupy_clock(cupy, cs), _estimate(cfn, cs.synchronize))
+        ca, cb = cupy.asarray(a_h), cupy.asarray(b_h)
+        cs.use()
+        cases.append((lambda: cupy.matmul(ca, cb), common.cupy_clock(cupy, cs)))
+    try:    # interleaved: see square()
+        times = common.time_interleaved(cases, iters=100, repeats=7, warmup=20)
+    finally:
+        if torch:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+        if cupy:
+            cupy.cuda.Stream.null.use()
+    medians = [common.median_spread(x)[0] for x in times]
+    ours, ours_out, ours_lt, ours_bare = medians[:4]
+    t = medians[4] if torch else None
+    c = medians[-1] if cupy else None
     tt, cc = (_tflops(M, N, K, x, B) if x else None for x in (t, c))
     rows = []
     for name, x in (("gemm_strided_batched(a, b)", ours),

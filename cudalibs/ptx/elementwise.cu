@@ -74,17 +74,52 @@ __device__ __forceinline__ void bn_relu_impl(const T* x, const float* scale, con
 // The epilogue of a convolution, in place on its output y (N, C, ...) in either packed layout:
 // y = act(y + alpha2 * z + bias[c]), channel c = (i / inner) % channels (inner = the spatial
 // size for channels-first data, 1 for channels-last).  z may be null.  act: 0 identity, 1 ReLU.
-// One pass over y, where bias-add and ReLU as separate kernels make two.
-template <typename T>
-__device__ __forceinline__ void channel_bias_act_impl(T* y, const T* z, float alpha2,
-                                                      const T* bias, u64 n, u64 channels,
-                                                      u64 inner, int act) {
-    for (u64 i = global_thread(); i < n; i += grid_threads()) {
-        u64 c = (i / inner) % channels;
+// One pass over y, where bias-add and ReLU as separate kernels make two.  The channel index
+// is computed in 32-bit arithmetic when the size allows: 64-bit division is emulated, and
+// made this memory-bound pass compute-bound.
+template <typename T, typename I>
+__device__ __forceinline__ void channel_bias_act_loop(T* y, const T* z, float alpha2,
+                                                      const T* bias, I n, I channels, I inner,
+                                                      int act) {
+    const I step = (I)grid_threads();
+    for (I i = (I)global_thread(); i < n; i += step) {
+        I c = (inner == 1 ? i : i / inner) % channels;
         float v = to_acc(y[i]) + to_acc(bias[c]);
         if (z) v += alpha2 * to_acc(z[i]);
         y[i] = from_acc<T>(act ? relu_f(v) : v);
     }
+}
+
+// Channels-first data with planes of at least a block's width: blocks take whole planes (one
+// channel each, so the bias is read once and no index is divided), threads walk a plane.
+template <typename T>
+__device__ __forceinline__ void channel_bias_act_planes(T* y, const T* z, float alpha2,
+                                                        const T* bias, u64 planes, u64 channels,
+                                                        u32 inner, int act) {
+    for (u64 p = blockIdx.x; p < planes; p += gridDim.x) {
+        const float b = to_acc(bias[p % channels]);
+        T* yp = y + p * inner;
+        const T* zp = z ? z + p * inner : nullptr;
+        for (u32 j = threadIdx.x; j < inner; j += blockDim.x) {
+            float v = to_acc(yp[j]) + b;
+            if (zp) v += alpha2 * to_acc(zp[j]);
+            yp[j] = from_acc<T>(act ? relu_f(v) : v);
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void channel_bias_act_impl(T* y, const T* z, float alpha2,
+                                                      const T* bias, u64 n, u64 channels,
+                                                      u64 inner, int act) {
+    if (inner >= blockDim.x && inner < (1ull << 31))
+        channel_bias_act_planes<T>(y, z, alpha2, bias, n / inner, channels, (u32)inner, act);
+    // i + step stays below 2^32 when n and the grid are both below 2^31
+    else if (n < (1ull << 31) && grid_threads() < (1ull << 31))
+        channel_bias_act_loop<T, u32>(y, z, alpha2, bias, (u32)n, (u32)channels, (u32)inner,
+                                      act);
+    else
+        channel_bias_act_loop<T, u64>(y, z, alpha2, bias, n, channels, inner, act);
 }
 
 #define ELEMENTWISE(SUF, T, A)                                                                   \
