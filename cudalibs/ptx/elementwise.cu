@@ -77,6 +77,15 @@ __device__ __forceinline__ void bn_relu_impl(const T* x, const float* scale, con
 // One pass over y, where bias-add and ReLU as separate kernels make two.  The channel index
 // is computed in 32-bit arithmetic when the size allows: 64-bit division is emulated, and
 // made this memory-bound pass compute-bound.
+// One element of the epilogue: y[i] = act(y[i] + b + alpha2 * z[i]).
+template <typename T, typename I>
+__device__ __forceinline__ void channel_bias_act_at(T* y, const T* z, I i, float b,
+                                                    float alpha2, int act) {
+    float v = to_acc(y[i]) + b;
+    if (z) v += alpha2 * to_acc(z[i]);
+    y[i] = from_acc<T>(act ? relu_f(v) : v);
+}
+
 template <typename T, typename I>
 __device__ __forceinline__ void channel_bias_act_loop(T* y, const T* z, float alpha2,
                                                       const T* bias, I n, I channels, I inner,
@@ -84,9 +93,7 @@ __device__ __forceinline__ void channel_bias_act_loop(T* y, const T* z, float al
     const I step = (I)grid_threads();
     for (I i = (I)global_thread(); i < n; i += step) {
         I c = (inner == 1 ? i : i / inner) % channels;
-        float v = to_acc(y[i]) + to_acc(bias[c]);
-        if (z) v += alpha2 * to_acc(z[i]);
-        y[i] = from_acc<T>(act ? relu_f(v) : v);
+        channel_bias_act_at<T, I>(y, z, i, to_acc(bias[c]), alpha2, act);
     }
 }
 
@@ -100,11 +107,8 @@ __device__ __forceinline__ void channel_bias_act_planes(T* y, const T* z, float 
         const float b = to_acc(bias[p % channels]);
         T* yp = y + p * inner;
         const T* zp = z ? z + p * inner : nullptr;
-        for (u32 j = threadIdx.x; j < inner; j += blockDim.x) {
-            float v = to_acc(yp[j]) + b;
-            if (zp) v += alpha2 * to_acc(zp[j]);
-            yp[j] = from_acc<T>(act ? relu_f(v) : v);
-        }
+        for (u32 j = threadIdx.x; j < inner; j += blockDim.x)
+            channel_bias_act_at<T, u32>(yp, zp, j, b, alpha2, act);
     }
 }
 
