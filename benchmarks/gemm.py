@@ -13,7 +13,8 @@ What is measured
    ``compute="tf32"`` here and ``torch.backends.cuda.matmul.allow_tf32 = True`` for torch
    (False for the fp32 rows); CuPy decides TF32 from ``CUPY_TF32`` at import, so its tf32
    cells are ``n/a``. TFLOP/s = 2·M·N·K / time.
-2. **Host cost** of a 64×64 fp32 call: wall time of 100 back-to-back calls without
+2. **Host cost** of a 64×64 fp32 call (also with ``replay=True``, where a repeated call is
+   one launch of a captured graph): wall time of 100 back-to-back calls without
    synchronising (the GPU keeps up), per call; the median of 30 rounds, the rounds of all
    contenders interleaved.  The bare ctypes ``cublasGemmEx`` call on the same handle (with
    ``argtypes``, as a plain ctypes binding makes it) shows what the library call itself costs
@@ -194,6 +195,10 @@ def host_cost(torch, cupy):
     cases = {
         "cublas.gemm(a, b)": (lambda: cublas.gemm(a, b, stream=s), s.sync),
         "cublas.gemm(a, b, out)": (lambda: cublas.gemm(a, b, out, stream=s), s.sync),
+        "cublas.gemm(a, b, replay=True)": (lambda: cublas.gemm(a, b, stream=s, replay=True),
+                                           s.sync),
+        "cublas.gemm(a, b, out, replay=True)": (
+            lambda: cublas.gemm(a, b, out, stream=s, replay=True), s.sync),
         "cublas.matmul(a, b) (Lt, cached plan)": (lambda: cublas.matmul(a, b, stream=s),
                                                   s.sync),
     }
@@ -251,6 +256,8 @@ def batched(torch, cupy):
     plan.autotune(stream=s)
     cases = [(lambda: cublas.gemm_strided_batched(a, b, stream=s), clock),
              (lambda: cublas.gemm_strided_batched(a, b, out, stream=s), clock),
+             (lambda: cublas.gemm_strided_batched(a, b, stream=s, replay=True), clock),
+             (lambda: cublas.gemm_strided_batched(a, b, out, stream=s, replay=True), clock),
              (lambda: plan.execute(a, b, out=out, stream=s), clock),
              (_bare_batched(s, a, b, out, B, M, N, K), clock)]
     if torch:
@@ -271,13 +278,15 @@ def batched(torch, cupy):
         if cupy:
             cupy.cuda.Stream.null.use()
     medians = [common.median_spread(x)[0] for x in times]
-    ours, ours_out, ours_lt, ours_bare = medians[:4]
-    t = medians[4] if torch else None
+    ours, ours_out, ours_rep, ours_out_rep, ours_lt, ours_bare = medians[:6]
+    t = medians[6] if torch else None
     c = medians[-1] if cupy else None
     tt, cc = (_tflops(M, N, K, x, B) if x else None for x in (t, c))
     rows = []
     for name, x in (("gemm_strided_batched(a, b)", ours),
                     ("gemm_strided_batched(a, b, out)", ours_out),
+                    ("gemm_strided_batched(a, b, replay=True)", ours_rep),
+                    ("gemm_strided_batched(a, b, out, replay=True)", ours_out_rep),
                     ("cuBLASLt Matmul plan, autotuned, out", ours_lt),
                     ("bare ctypes cublasGemmStridedBatchedEx, out (with argtypes)", ours_bare)):
         o = _tflops(M, N, K, x, B)

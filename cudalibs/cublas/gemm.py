@@ -33,13 +33,15 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..driver import _lib as _drv
+from ..driver import _capture, _lib as _drv
+from ..driver._core import raise_for as _drv_raise
 from ..driver.array import DeviceArray, asarray, byte_extent, empty, spans_overlap
 from ..driver.stream import Event, Stream, as_stream
 from ..errors import ClosedError
 from . import _lib
 from ._base import raise_for, version
-from .handle import _cublas_handles, _rebind, cublas_handle
+from .handle import (WORKSPACE_BYTES, _cublas_handles, _rebind, _workspace_buffer,
+                     cublas_handle)
 
 _local_handles = _cublas_handles._local
 
@@ -294,7 +296,7 @@ class _GemmPlan:
 
     __slots__ = ("combo", "args", "batch", "sa", "sb", "sc", "out_shape", "out_dtype",
                  "ctype", "abtype", "algo", "one", "zero", "a_ext", "b_ext", "c_ext",
-                 "c_nbytes", "key", "memo", "fast", "one_p", "zero_p")
+                 "c_nbytes", "key", "memo", "fast", "one_p", "zero_p", "replays")
 
     def scalar(self, value, what):
         """``value`` in the scale type, memoised: a training loop repeats a few values.
@@ -423,6 +425,7 @@ def _make_plan(a: DeviceArray, b: DeviceArray, out, compute, algo, batched: bool
     p.c_ext = None if out is None else byte_extent(out._shape, out._strides, oitem)
     p.c_nbytes = 0
     p.memo = {}
+    p.replays = {}
     # What the hot path needs, flat, so one unpacking replaces a dozen attribute reads; the
     # batch strides ready as the long longs the unchecked call passes.  An empty extent
     # becomes (0, -2**62): it then overlaps nothing.
@@ -445,7 +448,7 @@ def _as_array(x, what):
     return asarray(x)
 
 
-def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
+def _run(a, b, out, alpha, beta, compute, algo, stream, batched, replay=False):
     """Shared body of :func:`gemm` and :func:`gemm_strided_batched`."""
     if type(a) is not DeviceArray:
         a = _as_array(a, "a")
@@ -519,6 +522,14 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
     algo_v = p.algo
     if algo_v == "tuned":
         algo_v = _tuned_algo(p, a, b, out, s)
+    if replay and not (copy_a or copy_b) and s._finalizer is not None \
+            and not _capture._open[0]:
+        rkey = (a._ptr, b._ptr, c_ptr, s._handle, algo_v,
+                None if alpha_c is p.one else bytes(alpha_c),
+                None if beta_c is p.zero else bytes(beta_c))
+        if _replay(p, rkey, dev, s, lambda h: _call(p, h, a, b, c_ptr, alpha_c, beta_c,
+                                                     algo_v)):
+            return out
     _drv.get().cuCtxSetCurrent(dev._ctx)
     # cublas_handle() inlined: this thread's handle, rebound only when the stream changed.
     try:
@@ -527,6 +538,16 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
         h = _cublas_handles.get(dev)
     if h.stream != s._handle:
         _rebind(h, dev, s._handle)
+    st = _call(p, h, a, b, c_ptr, alpha_c, beta_c, algo_v)
+    if st:
+        raise_for(st, "cublasGemmStridedBatchedEx" if strided else "cublasGemmEx", repr(p))
+    return out
+
+
+def _call(p, h, a, b, c_ptr, alpha_c, beta_c, algo_v) -> int:
+    """The cuBLAS call of plan ``p`` on handle ``h`` (bound to its stream); the status."""
+    (ta, tb, m, n, k, lda, ldb, ldc, abtype, ctype, ctype_compute, sa, sb, sc, batch,
+     strided, *_) = p.fast
     # The unchecked entry points (no ctypes conversions): every int below was checked to fit
     # a C int when the plan was made, and every pointer is passed as a c_void_p.
     if alpha_c is p.one:
@@ -538,21 +559,86 @@ def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
     else:
         beta_p = c_void_p(ctypes.addressof(beta_c))
     if strided:
-        st = _lib.get().unchecked("cublasGemmStridedBatchedEx")(
+        return _lib.get().unchecked("cublasGemmStridedBatchedEx")(
             h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, sb, c_void_p(a._ptr),
             abtype, ldb, sa, beta_p, c_void_p(c_ptr), ctype, ldc, sc, batch, ctype_compute, algo_v)
-        if st:
-            raise_for(st, "cublasGemmStridedBatchedEx", repr(p))
-    else:
-        st = _lib.get().unchecked("cublasGemmEx")(
-            h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, c_void_p(a._ptr),
-            abtype, ldb, beta_p, c_void_p(c_ptr), ctype, ldc, ctype_compute, algo_v)
-        if st:
-            raise_for(st, "cublasGemmEx", repr(p))
-    return out
+    return _lib.get().unchecked("cublasGemmEx")(
+        h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, c_void_p(a._ptr),
+        abtype, ldb, beta_p, c_void_p(c_ptr), ctype, ldc, ctype_compute, algo_v)
 
 
-def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=None):
+# -- replay: the same call again as a one-node CUDA graph -----------------------------------
+#: Most replayable calls remembered per plan (pointer sets seen, graphs made).
+_REPLAYS_PER_PLAN = 32
+_capture_streams = threading.local()
+
+
+class _Replay:
+    """A captured call: its executable graph, the workspace buffer it was captured with and
+    the liveness cell of the stream it replays on (both checked before each launch)."""
+
+    __slots__ = ("exec", "raw", "workspace", "alive")
+
+
+def _replay(p, rkey, dev, s, call) -> bool:
+    """Launch the graph of a call seen before with these exact pointers, scalars and stream;
+    capture it on its second occurrence.  Returns False when the caller must make the call.
+
+    The graph holds the pointers, scalars and the stream's workspace as they were at
+    capture, so it computes exactly what the call would: the key holds every pointer and
+    scalar, the stream is checked to be the same live object, and the workspace to be the
+    buffer still assigned to that stream.
+    """
+    entry = p.replays.get(rkey)
+    if entry is not None:
+        if entry.alive is s._alive and entry.workspace is _workspace_buffer(dev, s):
+            _drv.get().cuCtxSetCurrent(dev._ctx)
+            st = _drv.get().cuGraphLaunch(entry.raw, s._h)
+            if st:
+                _drv_raise(st, "cuGraphLaunch")
+            return True
+        p.replays.pop(rkey, None)       # stale: its stream or workspace is gone
+        return False
+    if rkey not in p.replays:
+        if len(p.replays) < _REPLAYS_PER_PLAN:
+            p.replays[rkey] = None          # seen once: a second call captures
+        return False
+    # Second occurrence: capture on a private stream of this thread (no other thread's work
+    # can join the capture), with the handle pointed at the target stream's workspace, so
+    # replays on that stream stay ordered with everything else using it.
+    cs = getattr(_capture_streams, "streams", None)
+    if cs is None:
+        cs = _capture_streams.streams = {}
+    cap = cs.get(dev.ordinal)
+    if cap is None or cap.closed:
+        cap = cs[dev.ordinal] = Stream(dev)
+    ws = _workspace_buffer(dev, s)
+    _drv.get().cuCtxSetCurrent(dev._ctx)
+    h = _cublas_handles.get(dev)
+    h.bind(cap._handle)
+    h.stream = None         # the next ordinary call binds its stream and workspace again
+    L = _lib.get()
+    st = L.cublasSetWorkspace_v2(h.raw, ws.ptr, WORKSPACE_BYTES)
+    if st:
+        raise_for(st, "cublasSetWorkspace_v2")
+    from ..driver import graph as _graph
+
+    with _graph.capture(cap) as g:
+        st = call(h)
+    if st:
+        g.close()
+        raise_for(st, "cublasGemmStridedBatchedEx" if p.fast[15] else "cublasGemmEx", repr(p))
+    entry = _Replay()
+    entry.exec = g.instantiate()
+    g.close()
+    entry.raw = entry.exec._h
+    entry.workspace, entry.alive = ws, s._alive
+    p.replays[rkey] = entry
+    return _replay(p, rkey, dev, s, call)
+
+
+def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=None,
+         replay=False):
     """Matrix product ``out = alpha * a @ b + beta * out`` through ``cublasGemmEx``.
 
     numpy (row-major) semantics.  Transposed views (``a.T``) and any matrix with a unit
@@ -582,6 +668,15 @@ def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=Non
         :func:`tune_gemm` for this problem (tuning it on the first call).
     stream : Stream, optional
         The current stream by default.
+    replay : bool, default False
+        Make a repeated call cost one graph launch: the second time this exact call (the
+        same arrays -- by address --, shapes, scalars and stream) is made, it is captured
+        into a one-node CUDA graph, and from then on that graph is launched instead of
+        calling cuBLAS, whose own host work is most of a small GEMM's cost.  The result is
+        the same: the graph is the same kernel with the same arguments.  Only on streams
+        cudalibs created (``cudalibs.Stream()``), outside capture blocks, and when no
+        operand needs a copy; otherwise the call is made as usual.  Up to 32 distinct calls
+        per problem are remembered.
 
     Returns
     -------
@@ -600,11 +695,11 @@ def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=Non
     ClosedError
         An array's memory was freed.
     """
-    return _run(a, b, out, alpha, beta, compute, algo, stream, False)
+    return _run(a, b, out, alpha, beta, compute, algo, stream, False, replay)
 
 
 def gemm_strided_batched(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None,
-                         stream=None):
+                         stream=None, replay=False):
     """Batched matrix products ``out[i] = alpha * a[i] @ b[i] + beta * out[i]``.
 
     One ``cublasGemmStridedBatchedEx`` call.  ``a`` is ``(batch, M, K)`` or ``(M, K)``, ``b``
@@ -616,7 +711,7 @@ def gemm_strided_batched(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=
     ----------
     a, b : DeviceArray or CUDA array-like
     out : DeviceArray, shape (batch, M, N), optional
-    alpha, beta, compute, algo, stream
+    alpha, beta, compute, algo, stream, replay
         As for :func:`gemm`.
 
     Returns
@@ -629,7 +724,7 @@ def gemm_strided_batched(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=
     ValueError
         As for :func:`gemm`, and batch sizes that do not broadcast.
     """
-    return _run(a, b, out, alpha, beta, compute, algo, stream, True)
+    return _run(a, b, out, alpha, beta, compute, algo, stream, True, replay)
 
 
 # -- pointer-array batches -------------------------------------------------------------------

@@ -102,6 +102,12 @@ def workspace(device: Device, stream: int) -> int:
     return _workspaces.get(device, stream, WORKSPACE_BYTES).ptr
 
 
+def _workspace_buffer(device: Device, s):
+    """The workspace buffer of :class:`Stream` ``s`` on ``device`` (allocated on first use).
+    Graphs of cuBLAS calls hold its address; they check it is still the stream's."""
+    return _workspaces.get(device, s._handle, WORKSPACE_BYTES)
+
+
 def cublas_handle(device: Device, stream: int):
     """The calling thread's cuBLAS handle for ``device``, bound to raw stream handle
     ``stream`` and that stream's workspace.

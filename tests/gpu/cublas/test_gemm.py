@@ -1,5 +1,7 @@
 """cuBLAS GEMM against float64 numpy: every dtype, layout, alpha/beta, batching, tuning, graphs."""
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -266,3 +268,44 @@ def test_handles_are_per_thread(device, rng):
     assert not errors, errors
     for r in results:
         T.assert_close(r, T.ref.gemm(a, a), np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_replay_computes_what_the_call_would(device, rng, dtype):
+    """replay=True: the second identical call is captured, later ones launch the graph; each
+    reads the arrays' current contents, and other scalars or arrays are other calls."""
+    gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+    dt = cl.dtypes.lookup(dtype).numpy
+    s = cl.Stream()
+    a = cl.empty((33, 20), dt, stream=s)
+    b = cl.empty((20, 17), dt, stream=s)
+    out = poisoned((33, 17), dt, stream=s)
+    for i in range(4):
+        ah, bh = T.random_array((33, 20), dt, rng=rng), T.random_array((20, 17), dt, rng=rng)
+        a.copy_(ah, stream=s)
+        b.copy_(bh, stream=s)
+        assert cublas.gemm(a, b, out, stream=s, replay=True) is out
+        T.assert_close(out.get(stream=s), T.ref.gemm(ah, bh), dtype, msg=f"call {i}")
+        # another scalar is another call (and another graph from its second occurrence on)
+        cublas.gemm(a, b, out, alpha=0.5, beta=0.0, stream=s, replay=True)
+        T.assert_close(out.get(stream=s), 0.5 * T.ref.gemm(ah, bh), dtype, msg=f"alpha {i}")
+    plan = next(p for p in gemm_mod._plans.values()
+                if p.replays and p.out_shape == (33, 17) and p.out_dtype == dt)
+    graphs = [e for e in plan.replays.values() if e is not None]
+    assert len(graphs) == 2, plan.replays
+    # strided-batched, allocating: the pool hands the same block back, so the graph serves it
+    a3 = cl.to_device(T.random_array((5, 8, 6), dt, rng=rng), stream=s)
+    b3h = T.random_array((5, 6, 7), dt, rng=rng)
+    b3 = cl.to_device(b3h, stream=s)
+    for _ in range(4):
+        y = cublas.gemm_strided_batched(a3, b3, stream=s, replay=True)
+        T.assert_close(y.get(stream=s), T.ref.gemm(a3.get(stream=s), b3h), dtype)
+        del y
+    # ignored where it cannot apply: the legacy stream, and inside a capture block
+    cublas.gemm(a, b, out, replay=True)
+    cl.default_stream().sync()
+    cublas.handle.prepare(s)
+    with cl.graph.capture(s) as g:
+        cublas.gemm(a, b, out, stream=s, replay=True)
+    assert g.num_nodes >= 1
+    s.sync()
