@@ -35,7 +35,8 @@ from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, FilterDes
                           descriptor_cache_size, filter_descriptor, pooling_descriptor,
                           tensor_descriptor)
 from .handle import release_workspaces, set_workspace_limit, workspace_bytes, workspace_limit
-from .norm import batch_norm_backward, batch_norm_infer, batch_norm_train
+from .norm import (BatchNormState, batch_norm_backward, batch_norm_infer, batch_norm_paths,
+                   batch_norm_train)
 from .pooling import pooling_backward, pooling_forward, pooling_output_shape
 
 __all__ = [
@@ -43,7 +44,8 @@ __all__ = [
     "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
     "conv_bias_act", "conv_output_shape", "ConvPlan", "NoAlgorithmError", "algo_cache",
     "clear_algo_cache", "FWD_ALGOS", "BWD_DATA_ALGOS", "BWD_FILTER_ALGOS",
-    "batch_norm_train", "batch_norm_infer", "batch_norm_backward",
+    "batch_norm_train", "batch_norm_infer", "batch_norm_backward", "BatchNormState",
+    "batch_norm_paths",
     "pooling_forward", "pooling_backward", "pooling_output_shape",
     "activation", "activation_forward", "activation_backward", "softmax", "softmax_forward",
     "softmax_backward", "add_tensor",

@@ -282,7 +282,7 @@ class _Other:
 
 
 def _bn_state(shape=(2, 3, 4, 4), c=3):
-    from cudalibs.cudnn.norm import BatchNormState
+    from cudalibs.cudnn import BatchNormState
 
     st = BatchNormState()
     st.y, st.save_mean, st.save_inv_std = _fake(shape), _fake((c,)), _fake((c,))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cudnn
 from cudalibs import testing as T
-from cudalibs.cudnn.norm import BatchNormState, batch_norm_paths
+from cudalibs.cudnn import BatchNormState, batch_norm_paths
 from cudalibs.testing import ref
 
 from ._helpers import FLOATS, GPU, device_array, is_channels_last, poisoned, rand
