@@ -528,22 +528,11 @@ def channel_bias_act(y, bias, *, z=None, alpha2=1.0, activation="relu", stream=N
         raise ValueError(f"{op}: y must be (N, C, ...) with 0 to 3 spatial dimensions, got "
                          f"shape {y.shape}")
     item = y.itemsize
-    shape, strides = y.shape, y.strides
-    channels = shape[1]
-    spatial = int(np.prod(shape[2:], dtype=np.int64))
-    if y.is_c_contiguous:
-        inner = spatial
-    else:
-        # channels-last: N, then the spatial dimensions, then C fastest
-        order = [0, *range(2, y.ndim), 1]
-        expect, acc = {}, item
-        for ax in reversed(order):
-            expect[ax] = acc
-            acc *= shape[ax]
-        if any(shape[ax] > 1 and strides[ax] != expect[ax] for ax in range(y.ndim)):
-            raise ValueError(f"{op}: y must be packed channels-first or channels-last; "
-                             f"strides {strides} for shape {shape}")
-        inner = 1
+    channels = y.shape[1]
+    inner = _channel_inner(y)
+    if inner is None:
+        raise ValueError(f"{op}: y must be packed channels-first or channels-last; "
+                         f"strides {y.strides} for shape {y.shape}")
     bias = _array(bias, op, "bias", _HALF_FLOAT, ndim=1, device=dev, stream=stream)
     if bias.dtype != y.dtype or bias.shape != (channels,) or (
             channels > 1 and bias.strides[0] != item):
@@ -553,21 +542,39 @@ def channel_bias_act(y, bias, *, z=None, alpha2=1.0, activation="relu", stream=N
     reads = [("bias", bias)]
     if z is not None:
         z = _array(z, op, "z", _HALF_FLOAT, device=dev, stream=stream, contiguous=False)
-        if z.shape != shape or z.dtype != y.dtype or z.strides != strides:
-            raise ValueError(f"{op}: z must match y ({shape} {y.dtype} strides {strides}), "
+        if z.shape != y.shape or z.dtype != y.dtype or z.strides != y.strides:
+            raise ValueError(f"{op}: z must match y ({y.shape} {y.dtype} strides {y.strides}), "
                              f"got {z.shape} {z.dtype} strides {z.strides}")
         z_ptr = z.ptr
         reads.append(("z", z))
     # z may be y itself (each element is read before it is written), nothing else may overlap
     _check_no_overlap(op, y, reads, same_ok=True)
-    s = as_stream(stream, dev)
-    n = y.size
+    _launch_channel_bias_act(dev, y.dtype, y.ptr, z_ptr, alpha2, bias.ptr, y.size, channels,
+                            inner, activation == "relu", as_stream(stream, dev))
+    return y
+
+
+def _channel_inner(y) -> int | None:
+    """The ``inner`` argument of ``channel_bias_act`` for ``y`` of logical shape
+    ``(N, C, ...)``: the spatial size when packed channels-first, 1 when packed channels-last,
+    None for any other layout."""
+    if y.is_c_contiguous:
+        return int(np.prod(y.shape[2:], dtype=np.int64))
+    if y.transpose(0, *range(2, y.ndim), 1).is_c_contiguous:
+        return 1
+    return None
+
+
+def _launch_channel_bias_act(dev, dtype, y_ptr, z_ptr, alpha2, bias_ptr, n, channels, inner,
+                            relu, stream) -> None:
+    """Queue the ``channel_bias_act`` kernel with arguments already checked (by
+    :func:`channel_bias_act`, or once at plan time by a caller such as the fused cuDNN
+    convolution)."""
     if n:
         grid, block = _elementwise_grid(dev, n)
-        _launch(dev, f"{op}_{_suffix(y.dtype)}", grid, block,
-                (y.ptr, z_ptr, float(alpha2), bias.ptr, n, channels, inner,
-                 1 if activation == "relu" else 0), s)
-    return y
+        _launch(dev, f"channel_bias_act_{_suffix(np.dtype(dtype))}", grid, block,
+                (y_ptr, z_ptr, float(alpha2), bias_ptr, n, channels, inner, 1 if relu else 0),
+                stream)
 
 
 def batch_norm_relu_infer(x, scale, shift, mean, var, eps=1e-5, out=None, stream=None):

@@ -625,12 +625,14 @@ def _replay(p, rkey, dev, s, call) -> bool:
 
     with _graph.capture(cap) as g:
         st = call(h)
-    if st:
-        g.close()
-        raise_for(st, "cublasGemmStridedBatchedEx" if p.fast[15] else "cublasGemmEx", repr(p))
-    entry = _Replay()
-    entry.exec = g.instantiate()
-    g.close()
+    try:
+        if st:
+            raise_for(st, "cublasGemmStridedBatchedEx" if p.fast[15] else "cublasGemmEx",
+                      repr(p))
+        entry = _Replay()
+        entry.exec = g.instantiate()
+    finally:
+        g.close()           # the executable graph is independent of it
     entry.raw = entry.exec._h
     entry.workspace, entry.alive = ws, s._alive
     p.replays[rkey] = entry

@@ -391,7 +391,8 @@ class Matmul:
     """
 
     __slots__ = ("_device", "_desc", "_layouts", "_pref", "_candidates", "_choice", "_algo",
-                 "_alpha", "_beta", "_alpha_p", "_beta_p", "_specs", "_out_shape", "_out_dtype", "_epi", "_bias_len",
+                 "_alpha", "_beta", "_alpha_p", "_beta_p", "_specs", "_out_shape", "_out_dtype",
+                 "_epi", "_bias_len",
                  "_bias_dtype", "_aux_shape", "_aux_dtype", "_aux_ld", "_align", "_set_ptrs",
                  "_fp8", "_batch", "_mnk", "_tuned", "_closed", "_exts", "__weakref__")
 

@@ -52,6 +52,17 @@ def same_device(dev, **arrays) -> None:
                              f"{dev.ordinal}; move it first")
 
 
+def operands(stream, *named):
+    """``(array, ..., device, stream)``: :func:`as_array` of each ``(obj, name)`` pair, all
+    checked to be on the first one's device, and the stream resolved for that device."""
+    arrs = [as_array(obj, name) for obj, name in named]
+    dev = arrs[0]._device
+    for a, (_, name) in zip(arrs[1:], named[1:]):
+        if a._device is not dev:
+            same_device(dev, **{name: a})
+    return (*arrs, dev, stream_of(stream, dev))
+
+
 def check_float(arr, name: str) -> None:
     try:
         cudnn_dtype(arr.dtype)

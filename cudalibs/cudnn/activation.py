@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from . import _lib
 from ._base import raise_for
-from ._common import (as_array, check_float, is_double, layout_padded, output, padded,
-                      same_device, scalar, stream_of)
+from ._common import (as_array, check_float, is_double, layout_padded, operands, output,
+                      padded, same_device, scalar, stream_of)
 from .descriptors import activation_descriptor, packed_strides, tensor_descriptor
 from .handle import handle_for
 
@@ -125,12 +125,7 @@ def activation_backward(y, dy, x, mode="relu", *, coef=None, swish_beta=1.0, out
     DeviceArray
         ``dx``.
     """
-    x = as_array(x, "x")
-    y = as_array(y, "y")
-    dy = as_array(dy, "dy")
-    dev = x._device
-    same_device(dev, y=y, dy=dy)
-    s = stream_of(stream, dev)
+    x, y, dy, dev, s = operands(stream, (x, "x"), (y, "y"), (dy, "dy"))
     xd, cl = _tensor(x, "x")
     yd = _like(y, "y", x, cl, "x")
     dyd = _like(dy, "dy", x, cl, "x")
@@ -203,11 +198,7 @@ def softmax_backward(y, dy, *, algorithm="accurate", mode="channel", out=None, a
         ``dx``.
     """
     algo, m = _softmax_args(algorithm, mode)
-    y = as_array(y, "y")
-    dy = as_array(dy, "dy")
-    dev = y._device
-    same_device(dev, dy=dy)
-    s = stream_of(stream, dev)
+    y, dy, dev, s = operands(stream, (y, "y"), (dy, "dy"))
     yd, cl = _tensor(y, "y")
     dyd = _like(dy, "dy", y, cl, "y")
     dx = output(out, y.shape, y.dtype, cl, dev, s)

@@ -63,14 +63,14 @@ import types
 import numpy as np
 
 from .. import kernels as _kernels
-from ..driver.array import DeviceArray
 from ..driver.stream import Event
 from ..errors import CudaLibsError, CudnnError
 from . import _lib
 from . import graph as _graph
 from ._base import last_error_string, raise_for, version
-from ._common import (as_array, check_float, is_double, layout_of, out_hint, out_key,
-                      output, pick_layout, same_device, scalar, scratch, stream_of, tuple_arg)
+from ._common import (as_array, check_float, is_double, layout_of, operands, out_hint,
+                      out_key, output, pick_layout, same_device, scalar, scratch, stream_of,
+                      tuple_arg)
 from .descriptors import (MATH_TYPES, activation_descriptor, check_conv_params,
                           convolution_descriptor, filter_descriptor, layout_name,
                           packed_strides, tensor_descriptor)
@@ -204,7 +204,7 @@ class ConvPlan:
                  "math", "deterministic", "out_shape", "out_dtype", "channels_last", "layout",
                  "out_strides", "descs", "raws", "double", "run", "bias_desc", "act_desc", "arch",
                  "cudnn_version", "backend", "notes", "fallback", "candidates", "gplan",
-                 "legacy", "legacy_build", "composite", "__weakref__")
+                 "legacy", "legacy_build", "composite", "epilogue", "__weakref__")
 
     def __repr__(self) -> str:
         t = f", {self.time_ms:.3f} ms" if self.time_ms is not None else ""
@@ -463,7 +463,7 @@ def _build_plan(op_name, key, dev, s, dtype, cl, a_desc, b_desc, c_desc, ptrs, c
     plan.bias_desc = plan.act_desc = None
     plan.arch, plan.cudnn_version = _arch(dev), version()
     plan.backend, plan.notes, plan.fallback, plan.candidates = "legacy", (), fallback, 0
-    plan.gplan = plan.legacy = plan.legacy_build = plan.composite = None
+    plan.gplan = plan.legacy = plan.legacy_build = plan.composite = plan.epilogue = None
     return plan
 
 
@@ -569,30 +569,12 @@ def _graph_select(h, graph, uids, ptrs, out_slot, out_nbytes, banned, algo, limi
         args = tuple(args)
         for p in plans:
             try:
-                p.execute(h.raw, args, ws_ptr)  # warm-up: lazy loading, caches
-                # One run sizes the loops: each timed sample is `reps` back-to-back runs of
-                # about _FIND_SAMPLE_MS, because single short runs are too noisy to rank
-                # engines within a few percent of each other.
-                start.record(s)
-                p.execute(h.raw, args, ws_ptr)
-                end.record(s)
-                end.sync()
-                reps = max(1, min(_FIND_MAX_REPS,
-                                  int(_FIND_SAMPLE_MS / max(start.elapsed_ms(end), 1e-3))))
-                times = []
-                for _ in range(_FIND_RUNS):
-                    start.record(s)
-                    for _ in range(reps):
-                        p.execute(h.raw, args, ws_ptr)
-                    end.record(s)
-                    end.sync()
-                    times.append(start.elapsed_ms(end) / reps)
+                t = _median_ms(lambda: p.execute(h.raw, args, ws_ptr), s, start, end)
             except CudnnError:
                 last_error_string()
                 continue
             finally:
                 p._packs.clear()  # bound to the scratch output: of no use later
-            t = sorted(times)[len(times) // 2]
             if t < best_t:
                 best, best_t = p, t
     finally:
@@ -624,6 +606,7 @@ def _graph_plan_object(op_name, key, dev, dtype, cl, c_shape, mathinfo, gplan, t
     plan.notes = tuple(sorted(cfg.numerical_notes)) + tuple(sorted(cfg.behavior_notes))
     plan.fallback, plan.candidates = None, n
     plan.gplan, plan.legacy, plan.legacy_build, plan.composite = gplan, None, None, None
+    plan.epilogue = None
     return plan
 
 
@@ -765,12 +748,7 @@ def _planned(op, a, an, b, bn, extra, out, stream, workspace_limit, conv, build,
 
     Returns ``(plan, dev, stream, a, b, out)``.
     """
-    a = as_array(a, an)
-    b = as_array(b, bn)
-    dev = a._device
-    if b._device is not dev:
-        same_device(dev, **{bn: b})
-    s = stream_of(stream, dev)
+    a, b, dev, s = operands(stream, (a, an), (b, bn))
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     graph = _graph_eligible(conv[4], alpha, beta)
     key = _common_key(op, dev, a, b, *conv, limit, (extra, out_key(out)), graph)
@@ -1163,12 +1141,7 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
     if activation not in ("relu", "identity"):
         raise ValueError(f"activation must be 'relu' or 'identity' (what cuDNN fuses), "
                          f"not {activation!r}")
-    x = as_array(x, "x")
-    w = as_array(w, "w")
-    dev = x._device
-    if w._device is not dev:
-        same_device(dev, w=w)
-    s = stream_of(stream, dev)
+    x, w, dev, s = operands(stream, (x, "x"), (w, "w"))
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     if not _graph_eligible(algo, 1.0, 0.0):
         return _conv_bias_act_legacy(x, w, bias, activation, z, alpha, alpha2, stride, padding,
@@ -1206,7 +1179,8 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
         y = output(out, plan.out_shape, plan.out_dtype, plan.channels_last, dev, s,
                    strides=plan.out_strides)
         _execute(plan.composite, dev, s, x._ptr, w._ptr, y.ptr, 1.0, 0.0)
-        return _kernels.channel_bias_act(y, bias, activation=activation, stream=s)
+        _epilogue(plan, dev, s, y.ptr, bias.ptr)
+        return y
     if plan.gplan is None:
         return _conv_bias_act_legacy(x, w, bias, activation, z, alpha, alpha2, stride, padding,
                                      dilation, groups, algo, math, deterministic, limit, out,
@@ -1257,6 +1231,10 @@ def _composite_plan(key, x, w, out, dev, s, stride, padding, dilation, groups, m
     for name in ConvPlan.__slots__[:-1]:    # all but __weakref__
         setattr(plan, name, getattr(fplan, name, None))
     plan.op, plan.key, plan.composite = "fused", key, fplan
+    shape = fplan.out_shape
+    plan.epilogue = (int(np.prod(shape)), shape[1],
+                     1 if fplan.channels_last else int(np.prod(shape[2:])),
+                     activation == "relu")
     plan.backend = "graph+kernel"
     plan.algo_name = f"{fplan.algo_name} + channel_bias_act"
     plan.time_ms = fplan.time_ms + t_pass
@@ -1266,33 +1244,53 @@ def _composite_plan(key, x, w, out, dev, s, stride, padding, dilation, groups, m
     return plan
 
 
+def _epilogue(plan, dev, s, y_ptr, bias_ptr) -> None:
+    """The composite plan's ``channel_bias_act`` pass (arguments prepared with the plan)."""
+    n, channels, inner, relu = plan.epilogue
+    _kernels._launch_channel_bias_act(dev, plan.out_dtype, y_ptr, 0, 1.0, bias_ptr, n,
+                                      channels, inner, relu, s)
+
+
 def _time_epilogue(fplan, dev, s, activation) -> float:
     """Milliseconds of one ``channel_bias_act`` pass over ``fplan``'s output (scratch data:
     its values do not matter to the time)."""
-    y_buf = scratch(int(np.prod(fplan.out_shape)) * fplan.out_dtype.itemsize, s, dev)
-    b_buf = scratch(fplan.out_shape[1] * fplan.out_dtype.itemsize, s, dev)
+    n, channels = int(np.prod(fplan.out_shape)), fplan.out_shape[1]
+    inner = 1 if fplan.channels_last else n // (fplan.out_shape[0] * channels)
+    y_buf = scratch(n * fplan.out_dtype.itemsize, s, dev)
+    b_buf = scratch(channels * fplan.out_dtype.itemsize, s, dev)
     start, end = Event(dev), Event(dev)
     try:
-        y = DeviceArray.from_buffer(y_buf, fplan.out_shape, fplan.out_dtype,
-                                    strides=fplan.out_strides)
-        b = DeviceArray.from_buffer(b_buf, (fplan.out_shape[1],), fplan.out_dtype)
         y_buf.memset(0, s)
         b_buf.memset(0, s)
-        run = lambda: _kernels.channel_bias_act(y, b, activation=activation, stream=s)  # noqa
-        run()
-        times = []
-        for _ in range(_FIND_RUNS):
-            start.record(s)
-            for _ in range(4):
-                run()
-            end.record(s)
-            end.sync()
-            times.append(start.elapsed_ms(end) / 4)
+        return _median_ms(lambda: _kernels._launch_channel_bias_act(
+            dev, fplan.out_dtype, y_buf.ptr, 0, 1.0, b_buf.ptr, n, channels, inner,
+            activation == "relu", s), s, start, end)
     finally:
         y_buf.close(s)
         b_buf.close(s)
         start.close()
         end.close()
+
+
+def _median_ms(run, s, start, end) -> float:
+    """Median milliseconds of ``run()`` on stream ``s``, timed with the events ``start`` and
+    ``end``: a warm-up run (lazy loading, caches), one run that sizes the loops, then
+    _FIND_RUNS samples, each ``reps`` back-to-back runs of about _FIND_SAMPLE_MS, because
+    single short runs are too noisy to rank engines within a few percent of each other."""
+    run()
+    start.record(s)
+    run()
+    end.record(s)
+    end.sync()
+    reps = max(1, min(_FIND_MAX_REPS, int(_FIND_SAMPLE_MS / max(start.elapsed_ms(end), 1e-3))))
+    times = []
+    for _ in range(_FIND_RUNS):
+        start.record(s)
+        for _ in range(reps):
+            run()
+        end.record(s)
+        end.sync()
+        times.append(start.elapsed_ms(end) / reps)
     return sorted(times)[len(times) // 2]
 
 

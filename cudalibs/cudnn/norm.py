@@ -37,8 +37,8 @@ from ..driver.array import empty
 from ..errors import CudnnError
 from . import _lib
 from ._base import raise_for
-from ._common import (as_array, check_float, is_double, layout_padded, output, padded,
-                      same_device, scalar, stream_of)
+from ._common import (as_array, check_float, is_double, layout_padded, operands, output,
+                      padded, same_device, scalar, stream_of)
 from .descriptors import activation_descriptor, packed_strides, tensor_descriptor
 from .handle import handle_for, workspace
 
@@ -498,12 +498,7 @@ def batch_norm_backward(x, dy, scale, save_mean=None, save_inv_std=None, *, rese
             bias, y_fwd = state.bias, state.y
     mode = "spatial" if mode is None else mode
     eps = 1e-5 if eps is None else eps
-    x = as_array(x, "x")
-    dy = as_array(dy, "dy")
-    dev = x._device
-    if dy._device is not dev:
-        same_device(dev, dy=dy)
-    s = stream_of(stream, dev)
+    x, dy, dev, s = operands(stream, (x, "x"), (dy, "dy"))
     plan = _plan(x, mode)
     dy = _like_x(dy, "dy", x, plan, dev, s)
     scale = _param(scale, "scale", plan, dev)

@@ -14,8 +14,8 @@ import ctypes
 
 from . import _lib
 from ._base import raise_for
-from ._common import (as_array, check_float, is_double, layout_of, output, pick_layout,
-                      same_device, scalar, stream_of, tuple_arg)
+from ._common import (as_array, check_float, is_double, layout_of, operands, output,
+                      pick_layout, scalar, stream_of, tuple_arg)
 from .descriptors import packed_strides, pooling_descriptor, tensor_descriptor
 from .handle import handle_for
 
@@ -136,12 +136,7 @@ def pooling_backward(y, dy, x, window, *, stride=None, padding=0, mode="max",
     DeviceArray
         ``dx``.
     """
-    x = as_array(x, "x")
-    y = as_array(y, "y")
-    dy = as_array(dy, "dy")
-    dev = x._device
-    same_device(dev, y=y, dy=dy)
-    s = stream_of(stream, dev)
+    x, y, dy, dev, s = operands(stream, (x, "x"), (y, "y"), (dy, "dy"))
     pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan)
     for name, a in (("y", y), ("dy", dy)):
         if a.shape != y_shape or a.dtype != x.dtype:

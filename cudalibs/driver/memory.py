@@ -14,8 +14,8 @@ Stream-ordered blocks are recycled without the driver: a block of at most
 goes to a per-pool list for its stream and size class, and the next allocation of that class
 on that stream takes it back.  Reuse on the same stream is ordered after every earlier use of
 the block exactly as a driver free and allocation would be, and it saves two driver calls,
-which for small and medium tensors cost more than the work.  Borrowed and per-thread default streams are
-never cached (their lifetime or ordering is not known here), nor is anything while a
+which for small and medium tensors cost more than the work.  Borrowed and per-thread default
+streams are never cached (their lifetime or ordering is not known here), nor is anything while a
 :func:`cudalibs.graph.capture` block is open (a graph must own the memory it allocates).
 """
 
@@ -195,6 +195,27 @@ class _BlockCache:
                 except IndexError:
                     break
         return out
+
+
+def _free_cached(cache, stream_handle, free, set_ctx, ctx) -> set:
+    """Free a pool's cached blocks (of one raw stream handle, or all), each on its stream;
+    returns the handles of the streams the frees were queued on."""
+    blocks = cache.drain(stream_handle)
+    if blocks:
+        set_ctx(ctx)
+        for handle, ptr in blocks:
+            free(ptr, ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream))
+    return {handle for handle, _ in blocks}
+
+
+def _destroy_pool(destroy, free, set_ctx, ctx, h, cache):
+    # Cached blocks are allocations the driver still counts: a pool destroyed with them would
+    # keep its memory until the process ends.  Free them first (and refuse new ones).
+    if _capture.defer(_destroy_pool, (destroy, free, set_ctx, ctx, h, cache)):
+        return
+    cache.open = False
+    _free_cached(cache, None, free, set_ctx, ctx)
+    destroy(h)
 
 
 class DeviceBuffer:
@@ -418,7 +439,9 @@ class MemoryPool:
         self._device = dev
         self._cache = _BlockCache()
         _pools.add(self)
-        self._finalizer = weakref.finalize(self, L.cuMemPoolDestroy, h)
+        self._finalizer = weakref.finalize(self, _destroy_pool, L.cuMemPoolDestroy,
+                                           L.cuMemFreeAsync, L.cuCtxSetCurrent, dev._ctx, h,
+                                           self._cache)
         self._finalizer.atexit = False
         try:
             self.release_threshold = release_threshold
@@ -558,14 +581,9 @@ class MemoryPool:
     def _release(self, stream_handle) -> set:
         """Free the cached blocks (of one raw stream handle, or all); returns the handles of
         the streams the frees were queued on."""
-        blocks = self._cache.drain(stream_handle)
-        if not blocks:
-            return set()
         L = _lib.get()
-        L.cuCtxSetCurrent(self._device._ctx)
-        for handle, ptr in blocks:
-            L.cuMemFreeAsync(ptr, ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream))
-        return {handle for handle, _ in blocks}
+        return _free_cached(self._cache, stream_handle, L.cuMemFreeAsync, L.cuCtxSetCurrent,
+                            self._device._ctx)
 
     def close(self) -> None:
         """Destroy the pool.
@@ -582,7 +600,6 @@ class MemoryPool:
         if used:
             raise CudaLibsError(f"memory pool still has {used} bytes allocated; close those "
                                 "buffers (and synchronize their streams) first")
-        self._cache.open = False
         self._finalizer()
 
     @property

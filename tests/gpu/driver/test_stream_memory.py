@@ -373,3 +373,16 @@ def test_recycled_blocks_keep_data_apart(device, rng):
         assert (arr.get(stream=s[k]) == val).all()
     for x in s:
         x.sync()
+
+
+def test_collected_pool_frees_its_cached_blocks(device):
+    pool = cl.MemoryPool(device)
+    s = cl.Stream()
+    pool.allocate(4096, stream=s).close()
+    cache = pool._cache
+    assert cache.nbytes == 4096
+    del pool
+    gc.collect()
+    # freed on their stream before the pool was destroyed, and no block is cached after it
+    assert cache.nbytes == 0 and not cache.open
+    s.sync()
