@@ -20,7 +20,8 @@ from typing import Any, NamedTuple, Sequence
 
 from .errors import ClosedError, FunctionNotFoundError
 
-__all__ = ["Proto", "OwnedHandle", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
+__all__ = ["Proto", "Resource", "OwnedHandle", "defer", "capture_open",
+           "begin_capture_block", "end_capture_block", "register_context_setter", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
            "opaque_handle", "property_version"]
 
 
@@ -258,25 +259,158 @@ def property_version(get_property, raise_for, function: str) -> tuple[int, int, 
     return tuple(parts)
 
 
-def _call_free(free, raw) -> None:
-    free(raw)
+# -- lifetime ----------------------------------------------------------------------------------
+# Frees and destroys held back while a graph capture block is open.  A stream capture is
+# invalidated by calls the driver deems unsafe during it (a synchronous free, a free of pinned
+# memory, work on the legacy stream, ...).  Such calls come from finalizers, which the garbage
+# collector runs at any allocation, so the user cannot keep them out of a capture block; while
+# one is open they wait here and run when the last block ends.  The state lives at this level,
+# under every library, so that every owner of a C handle shares the one gate.
+_capture_open = [0]
+_deferred: list = []
+# ``cuCtxSetCurrent``, registered by the driver layer once libcuda is bound, so that a release
+# that needs its context current can make it so without this module importing the driver.
+_set_context: list = [None]
 
 
-class OwnedHandle:
-    """Base of the small RAII objects that own one C handle freed by one call (cuDNN and
-    cuBLASLt descriptors): ``raw``/``handle``, ``close()`` (idempotent), ``with``.
+def register_context_setter(fn) -> None:
+    """Give the lifetime base the driver's ``cuCtxSetCurrent`` (called once by the driver)."""
+    _set_context[0] = fn
 
-    A subclass calls :meth:`_own` right after the create call succeeds.  The finalizer holds
-    the free function and the raw handle, never the object, and does not run at interpreter
-    exit, when the library it would call may already be gone.
+
+def capture_open() -> bool:
+    """Whether a capture block is open in this process (finalizer calls are being held)."""
+    return bool(_capture_open[0])
+
+
+def begin_capture_block() -> None:
+    """A capture block opened: releases made from now on wait for its end."""
+    _capture_open[0] += 1
+
+
+def end_capture_block() -> None:
+    """A capture block closed; once none is open, run every release that waited."""
+    _capture_open[0] -= 1
+    if _capture_open[0] == 0:
+        while _deferred:
+            fn, args = _deferred.pop()
+            try:
+                fn(*args)
+            except Exception:   # noqa: BLE001 - a finalizer's error has no caller to go to
+                pass
+
+
+def defer(fn, args) -> bool:
+    """Queue ``fn(*args)`` if a capture block is open; returns whether it was queued."""
+    if _capture_open[0]:
+        _deferred.append((fn, args))
+        return True
+    return False
+
+
+def _release(free, ctx, args) -> None:
+    """The finalizer body of every :class:`Resource`: wait for open captures, make the
+    owning context current, then free."""
+    if _capture_open[0]:
+        _deferred.append((_release, (free, ctx, args)))
+        return
+    if ctx is not None and _set_context[0] is not None:
+        _set_context[0](ctx)
+    free(*args)
+
+
+class _Borrowed:
+    """Stands in for the finalizer of an object that wraps a handle it does not own: closing
+    it only stops this object from using the handle."""
+
+    __slots__ = ("alive",)
+
+    def __init__(self):
+        self.alive = True
+
+    def __call__(self):
+        self.alive = False
+
+    def detach(self):
+        self.alive = False
+
+
+_UNOWNED = None  # the state of a Resource before _own/_borrow: reads as closed
+
+
+class Resource:
+    """The one lifetime base of everything that owns a C handle: descriptors, streams, events,
+    graphs, executable graphs, modules, pools, plans.
+
+    A subclass calls :meth:`_own` right after its create call succeeds (or :meth:`_borrow`
+    for a handle it wraps without owning).  What the base gives every subclass:
+
+    - a ``weakref.finalize`` that holds the free function and its arguments, never the
+      object, so an unreachable object is freed by the garbage collector without ``__del__``;
+    - the owning context made current for the free (``ctx=``);
+    - the free held back while a graph capture block is open (see :func:`defer`);
+    - nothing called at interpreter exit, when the library it would call may be gone (the
+      driver reclaims everything then);
+    - ``close()`` (idempotent), ``with``, ``closed``, and :meth:`_live`, which raises
+      :class:`~cudalibs.errors.ClosedError` naming the class once it is closed.
+
+    Objects whose release must not block or call from the garbage collector (NCCL
+    communicators) keep a finalizer of their own that only warns.
     """
 
-    __slots__ = ("_raw", "_finalizer", "__weakref__")
+    __slots__ = ("_finalizer", "__weakref__")
 
-    def _own(self, raw, free) -> None:
+    def _own(self, free, *args, ctx=None) -> None:
+        """Own a handle: ``free(*args)`` runs once, at :meth:`close` or collection."""
+        f = weakref.finalize(self, _release, free, ctx, args)
+        f.atexit = False
+        self._finalizer = f
+
+    def _borrow(self) -> None:
+        """Wrap a handle owned elsewhere: :meth:`close` frees nothing."""
+        self._finalizer = _Borrowed()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the object was never fully built)."""
+        f = getattr(self, "_finalizer", _UNOWNED)
+        return f is _UNOWNED or not f.alive
+
+    def _live(self) -> None:
+        """Raise :class:`~cudalibs.errors.ClosedError` if the object is closed."""
+        f = getattr(self, "_finalizer", _UNOWNED)
+        if f is _UNOWNED or not f.alive:
+            raise ClosedError(f"{type(self).__name__} is closed")
+
+    def close(self) -> None:
+        """Free the handle now; calling it again does nothing."""
+        f = getattr(self, "_finalizer", _UNOWNED)
+        if f is not _UNOWNED:
+            f()
+
+    def _detach(self) -> None:
+        """Forget the handle without freeing it (ownership moved elsewhere)."""
+        f = getattr(self, "_finalizer", _UNOWNED)
+        if f is not _UNOWNED:
+            f.detach()
+
+    def __enter__(self):
+        self._live()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class OwnedHandle(Resource):
+    """A :class:`Resource` whose handle is one ctypes value freed by one call (cuDNN and
+    cuBLASLt descriptors): ``raw`` / ``handle`` read it, checked open."""
+
+    __slots__ = ("_raw",)
+
+    def _own(self, raw, free, *, ctx=None) -> None:   # noqa: D401 - same contract, raw first
         self._raw = raw
-        self._finalizer = weakref.finalize(self, _call_free, free, raw)
-        self._finalizer.atexit = False
+        Resource._own(self, free, raw, ctx=ctx)
 
     @property
     def raw(self):
@@ -289,17 +423,3 @@ class OwnedHandle:
     def handle(self) -> int:
         """The handle as an int."""
         return ctypes.cast(self.raw, ctypes.c_void_p).value or 0
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        """Free the handle now; calling it again does nothing."""
-        self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -34,9 +34,7 @@ transpose, nchw_to_nhwc, nhwc_to_nchw    any 2-, 4- or 8-byte type
 
 from __future__ import annotations
 
-import collections
 import math
-import threading
 
 import numpy as np
 
@@ -67,107 +65,11 @@ _U32_MAX = 2**32 - 1
 _GRID_YZ_MAX = 65535
 _GRID_X_MAX = 2**31 - 1
 
-# kernel name -> PTX file stem
-_STEM = {name: stem for stem, names in _ptx.ENTRIES.items() for name in names}
-
-
-# -- loading and launching ----------------------------------------------------------------------
-class _Cache:
-    """Modules per (device, file) and kernels per (device, name), shared by all threads;
-    prepared launchers per launch shape, one cache per thread (a launcher owns the parameter
-    block it writes the arguments into, so two threads must never share one)."""
-
-    __slots__ = ("lock", "modules", "kernels", "local", "sm_counts", "generation")
-    MAX_LAUNCHERS = 256
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.modules = {}
-        self.kernels = {}
-        self.local = threading.local()
-        self.sm_counts = {}
-        self.generation = 0
-
-    def launchers(self) -> collections.OrderedDict:
-        """This thread's launcher cache (emptied when :func:`clear_cache` ran since)."""
-        local = self.local
-        cache = getattr(local, "launchers", None)
-        if cache is None or local.generation != self.generation:
-            cache = local.launchers = collections.OrderedDict()
-            local.generation = self.generation
-        return cache
-
-
-_cache = _Cache()
-
-
-def clear_cache() -> None:
-    """Forget every loaded module, kernel and prepared launcher of the kernel library.
-
-    The modules are unloaded when nothing else holds them; the next call loads them again.
-    """
-    with _cache.lock:
-        _cache.generation += 1
-        _cache.local.launchers = None
-        _cache.kernels.clear()
-        _cache.modules.clear()
-
-
-def _module_class():
-    # The module layer is imported on first use only: importing cudalibs.kernels must not
-    # need it (nor a GPU).
-    from .driver.module import Module
-
-    return Module
-
-
-def _kernel(device, name: str):
-    key = (device.ordinal, name)
-    k = _cache.kernels.get(key)
-    if k is not None:
-        return k
-    stem = _STEM[name]
-    with _cache.lock:
-        mod = _cache.modules.get((device.ordinal, stem))
-        if mod is None:
-            mod = _module_class().from_ptx(_ptx.read_ptx(stem), device=device)
-            _cache.modules[(device.ordinal, stem)] = mod
-        k = _cache.kernels.get(key)
-        if k is None:
-            k = _cache.kernels[key] = mod[name]
-    return k
-
-
-def _launch(device, name: str, grid: tuple, block: tuple, args: tuple, stream,
-            shared_mem: int = 0) -> None:
-    """Launch ``name`` on ``device`` through a cached prepared launcher."""
-    key = (device.ordinal, name, grid, block, shared_mem, stream._handle)
-    launchers = _cache.launchers()
-    entry = launchers.get(key)
-    # A launcher is bound to the Stream object it was prepared with; any live object with the
-    # same handle names the same stream (foreign streams get a new wrapper on every call), but
-    # one that was closed must not be reused, even if the driver recycled its handle.
-    if entry is None or not entry[0]._alive[0]:
-        kernel = _kernel(device, name)
-        prepare = getattr(kernel, "prepare", None)
-        if prepare is None:
-            kernel.launch(grid, block, *args, shared_mem=shared_mem, stream=stream)
-            return
-        entry = (stream, prepare(grid, block, shared_mem=shared_mem, stream=stream))
-        launchers[key] = entry
-        while len(launchers) > _cache.MAX_LAUNCHERS:
-            launchers.popitem(last=False)
-    entry[1](*args)
-
-
-def _elementwise_grid(device, n: int) -> tuple[tuple, tuple]:
-    """A grid for the grid-stride kernels: enough blocks to fill the GPU, no more."""
-    sms = _cache.sm_counts.get(device.ordinal)
-    if sms is None:
-        sms = _cache.sm_counts[device.ordinal] = int(device.multiprocessor_count)
-    threads = 256
-    blocks = max(1, min(-(-n // threads), sms * 16))
-    return (blocks, 1, 1), (threads, 1, 1)
+# The loading and launching machinery lives one layer down, in cudalibs.driver.ptxlib, so that
+# other libraries (cuDNN's fused convolution) reach the same kernels without importing this one.
+from .driver.ptxlib import (  # noqa: E402
+    clear_cache, elementwise_grid as _elementwise_grid, kernel as _kernel, launch as _launch,
+    launch_channel_bias_act as _launch_channel_bias_act)
 
 
 # -- argument checks ---------------------------------------------------------------------------
@@ -563,18 +465,6 @@ def _channel_inner(y) -> int | None:
     if y.transpose(0, *range(2, y.ndim), 1).is_c_contiguous:
         return 1
     return None
-
-
-def _launch_channel_bias_act(dev, dtype, y_ptr, z_ptr, alpha2, bias_ptr, n, channels, inner,
-                            relu, stream) -> None:
-    """Queue the ``channel_bias_act`` kernel with arguments already checked (by
-    :func:`channel_bias_act`, or once at plan time by a caller such as the fused cuDNN
-    convolution)."""
-    if n:
-        grid, block = _elementwise_grid(dev, n)
-        _launch(dev, f"channel_bias_act_{_suffix(np.dtype(dtype))}", grid, block,
-                (y_ptr, z_ptr, float(alpha2), bias_ptr, n, channels, inner, 1 if relu else 0),
-                stream)
 
 
 def batch_norm_relu_infer(x, scale, shift, mean, var, eps=1e-5, out=None, stream=None):

@@ -13,6 +13,7 @@ from .stream import Event, Stream, as_stream, current_stream, default_stream
 from . import graph
 from .module import Kernel, Launcher, Module
 from .nvrtc import compile
+from .operand import operand, operands
 
 __all__ = [
     "Device", "DeviceProperties", "current_device", "device_count", "as_device",
@@ -21,5 +22,5 @@ __all__ = [
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
     "driver_version", "is_available", "unavailable_reason", "init",
-    "Module", "Kernel", "Launcher", "compile", "graph",
+    "Module", "Kernel", "Launcher", "compile", "graph", "operand", "operands",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .._ffi import make_raiser
+from .._ffi import make_raiser, register_context_setter
 from ..errors import CudaError, LibraryNotFoundError
 from . import _lib
 
@@ -56,6 +56,8 @@ def init():
             st = L.cuInit(0)
             if st:
                 raise_for(st, "cuInit")
+            # Every Resource whose release needs its context current goes through this.
+            register_context_setter(L.cuCtxSetCurrent)
             _init_done = True
     return L
 

@@ -28,7 +28,7 @@ from .memory import DeviceBuffer, _check_nbytes
 from .stream import Event, Stream, as_stream, current_stream
 
 __all__ = ["DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
-           "full_like", "asarray", "from_dlpack"]
+           "full_like", "asarray", "from_dlpack", "coerce"]
 
 _HOST_MAX_COPY = 1 << 62
 
@@ -862,30 +862,56 @@ def asarray(obj, *, device=None, stream=None) -> DeviceArray:
 
     Accepts a DeviceArray (returned as is), anything with ``__cuda_array_interface__``
     (CuPy, numba, PyTorch CUDA tensors) or ``__dlpack__`` on a CUDA device.  The result keeps
-    ``obj`` alive.  Host arrays are refused: use :func:`to_device`.
+    ``obj`` alive.  Host arrays are refused: use :func:`to_device`.  Library functions check
+    their operands through :func:`cudalibs.driver.operand.operand`, which uses the same
+    conversion and messages.
 
     Raises
     ------
     TypeError
-        ``obj`` is not a CUDA array (a host array, or an object with neither protocol).
+        ``obj`` is not a CUDA array (a host array, or an object with neither protocol, or an
+        incomplete ``__cuda_array_interface__``).
     ValueError
         ``device`` is given and differs from where the data is.
     """
-    if isinstance(obj, DeviceArray):
-        arr = obj
-    elif hasattr(obj, "__cuda_array_interface__"):
-        arr = _from_cai(obj, stream)
-    elif hasattr(obj, "__dlpack__"):
-        arr = from_dlpack(obj, stream=stream)
-    elif isinstance(obj, np.ndarray):
-        raise TypeError("asarray takes device arrays; copy a host numpy array with "
-                        "cudalibs.to_device()")
-    else:
-        raise TypeError(f"{type(obj).__name__} is not a device array: it has neither "
-                        "__cuda_array_interface__ nor __dlpack__")
+    arr = obj if type(obj) is DeviceArray else coerce(obj, "asarray: the argument", stream)
     if device is not None and as_device(device) is not arr._device:
-        raise ValueError(f"array is on device {arr._device.ordinal}, not {as_device(device).ordinal}")
+        raise ValueError(f"asarray: the argument is on device {arr._device.ordinal}, not "
+                         f"{as_device(device).ordinal}")
     return arr
+
+
+def coerce(obj, what: str, stream=None) -> DeviceArray:
+    """The one conversion of an array-like to a DeviceArray, without a copy or other checks.
+
+    ``what`` names the operand in messages (``"gemm: a"``).  Host data is refused with one
+    message whichever protocol it speaks (a numpy array has ``__dlpack__`` too, so the host
+    check comes first).
+    """
+    if isinstance(obj, DeviceArray):
+        return obj
+    if obj is None:
+        raise TypeError(f"{what} is required (got None)")
+    if isinstance(obj, (np.ndarray, np.generic)):
+        raise TypeError(f"{what} is a host numpy array; copy it to the GPU first with "
+                        "cudalibs.to_device()")
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        cai = None
+    if cai is not None:
+        return _from_cai(obj, cai, what, stream)
+    if hasattr(obj, "__dlpack__"):
+        if not _dlpack_is_cuda(obj):
+            try:
+                where = tuple(obj.__dlpack_device__())
+            except Exception:   # noqa: BLE001 - only for the message
+                where = "unknown"
+            raise TypeError(f"{what} is a {type(obj).__name__} in host memory (DLPack device "
+                            f"{where}); copy it to the GPU first with cudalibs.to_device()")
+        return from_dlpack(obj, stream=stream)
+    raise TypeError(f"{what} is a {type(obj).__name__}, not a device array: it has neither "
+                    "__cuda_array_interface__ nor __dlpack__")
 
 
 def _pointer_device(ptr: int) -> Device:
@@ -897,17 +923,29 @@ def _pointer_device(ptr: int) -> Device:
     return Device(v.value)
 
 
-def _from_cai(obj, stream) -> DeviceArray:
-    cai = obj.__cuda_array_interface__
+def _from_cai(obj, cai, what, stream) -> DeviceArray:
+    if not isinstance(cai, dict):
+        raise TypeError(f"{what}: __cuda_array_interface__ is a {type(cai).__name__}, not a dict")
+    missing = [k for k in ("shape", "typestr", "data") if k not in cai]
+    if missing:
+        raise TypeError(f"{what}: __cuda_array_interface__ lacks {', '.join(map(repr, missing))}"
+                        " (version 3 requires shape, typestr and data)")
     version = cai.get("version", 0)
     if cai.get("mask") is not None:
-        raise TypeError("masked __cuda_array_interface__ arrays are not supported")
-    shape = tuple(int(s) for s in cai["shape"])
+        raise TypeError(f"{what}: masked __cuda_array_interface__ arrays are not supported")
+    try:
+        shape = tuple(int(s) for s in cai["shape"])
+        ptr, _readonly = cai["data"]
+        strides = cai.get("strides")
+        strides = None if strides is None else tuple(int(s) for s in strides)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: malformed __cuda_array_interface__ {cai!r}") from None
     dt = _dtypes.from_typestr(cai["typestr"])
-    ptr, _readonly = cai["data"]
     ptr = int(ptr or 0)
-    strides = cai.get("strides")
-    strides = _c_strides(shape, dt.itemsize) if strides is None else tuple(int(s) for s in strides)
+    strides = _c_strides(shape, dt.itemsize) if strides is None else strides
+    if len(strides) != len(shape):
+        raise TypeError(f"{what}: __cuda_array_interface__ strides {strides} do not match "
+                        f"shape {shape}")
     size = 1
     for n in shape:
         size *= n
@@ -915,8 +953,8 @@ def _from_cai(obj, stream) -> DeviceArray:
     producer = cai.get("stream") if version >= 3 else None
     if producer is not None and size:
         if producer == 0:
-            raise ValueError("__cuda_array_interface__ stream 0 is invalid (use 1 for the "
-                             "legacy default stream)")
+            raise ValueError(f"{what}: __cuda_array_interface__ stream 0 is invalid (use 1 for "
+                             "the legacy default stream)")
         consumer = as_stream(stream, dev)
         _order_before(Stream.from_handle(int(producer), dev), consumer._handle or 0, dev)
     return DeviceArray._view(ptr, shape, strides, dt, dev, None, obj)
