@@ -142,9 +142,10 @@ def conv_rows(torch, s, ts):
 
 
 def _plan_of(op, x, w, math):
-    """The newest cached plan of ``op`` for these operands (keys: see cudnn.conv._common_key)."""
-    plans = [v for key, v in cudnn.algo_cache().items()
-             if key[0] == op and key[3] == x.shape and key[5] == w.shape and key[12] == math]
+    """The newest cached plan of ``op`` for these operands (keys by name: cudnn.conv.*_KEY)."""
+    plans = [e.plan for e in cudnn.algo_cache()
+             if e.plan.op == op and tuple(e.plan.operand_shapes.values())[0] == x.shape
+             and e.key["w_shape"] == w.shape and e.key["math"] == math]
     return plans[-1] if plans else None
 
 
@@ -225,8 +226,9 @@ def host_overhead(torch, s):
             ours_alloc = per_call(lambda: cudnn.conv_forward(x, w, padding=1, stream=s))
         finally:
             conv_mod.GRAPH_API = True
-        plan = [v for k, v in cudnn.algo_cache().items()
-                if k[0] == "forward" and k[3] == x.shape and k[-1] == graph_api][-1]
+        plan = [e.plan for e in cudnn.algo_cache()
+                if e.plan.op == "forward" and e.key["x_shape"] == x.shape
+                and e.key["graph_api"] == graph_api][-1]
         h = cudnn.handle._handles.get(s.device)
         h.bind(s.handle)
         L = cudnn._lib.get()
@@ -240,7 +242,7 @@ def host_overhead(torch, s):
         else:
             one, zero = ctypes.c_float(1), ctypes.c_float(0)
             a_, b_ = ctypes.addressof(one), ctypes.addressof(zero)
-            xd, wd, cd, yd = plan.raws
+            xd, wd, cd, yd = plan._exe.raws   # the chosen legacy candidate's descriptors
             raw = per_call(lambda: L.cudnnConvolutionForward(h.raw, a_, xd, xp, wd, wp, cd,
                                                              plan.algo, ws_ptr, ws_size, b_,
                                                              yd, yp))

@@ -192,8 +192,22 @@ def host_cost(torch, cupy):
     s = cl.Stream()
     a, b = cl.to_device(a_h, stream=s), cl.to_device(a_h, stream=s)
     out = cl.empty((64, 64), np.float32, stream=s)
+    def on(backend, fn):
+        def run():
+            old = cublas.set_gemm_backend(backend)
+            try:
+                fn()
+            finally:
+                cublas.set_gemm_backend(old)
+        return run
+
     cases = {
         "cublas.gemm(a, b)": (lambda: cublas.gemm(a, b, stream=s), s.sync),
+        # The same call pinned to each library (the switch adds two calls to both rows).
+        "cublas.gemm(a, b), backend=lt (prepared cublasLtMatmul)": (
+            on("lt", lambda: cublas.gemm(a, b, stream=s)), s.sync),
+        "cublas.gemm(a, b), backend=cublas (cublasGemmEx)": (
+            on("cublas", lambda: cublas.gemm(a, b, stream=s)), s.sync),
         "cublas.gemm(a, b, out)": (lambda: cublas.gemm(a, b, out, stream=s), s.sync),
         "cublas.gemm(a, b, replay=True)": (lambda: cublas.gemm(a, b, stream=s, replay=True),
                                            s.sync),

@@ -1,4 +1,4 @@
-"""The matrix-product kernels of cudalibs/ptx beside the vendor libraries, in TFLOP/s.
+"""The matrix-product kernels of ptx/ beside the vendor libraries, in TFLOP/s.
 
 Run from a checkout::
 
@@ -251,7 +251,7 @@ def _header(dev: cl.Device, peers) -> str:
         "",
         f"- device: {dev.name} ({dev.arch}, {dev.total_memory / 2**30:.0f} GiB), "
         f"driver supports CUDA {major}.{minor}",
-        f"- cudalibs {cl.__version__} (kernels from cudalibs/ptx: PTX ISA 8.0 for sm_75, "
+        f"- cudalibs {cl.__version__} (kernels from ptx/: PTX ISA 8.0 for sm_75, "
         f"JIT-compiled by the driver), numpy {np.__version__}, Python "
         f"{platform.python_version()}",
     ]

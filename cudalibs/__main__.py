@@ -1,12 +1,18 @@
 """``python -m cudalibs``: an environment report to paste into a bug, and a GPU self-check.
 
 Exit status 0 when everything found works (also on a machine without a GPU, where the
-self-check is skipped), 1 when a self-check fails.
+self-check is skipped), 1 when a self-check fails.  A library that is missing comes with the
+command that installs it, in the form that works where cudalibs came from: a checkout installs
+its own extras (``pip install ".[cu13]"``); anywhere else, the NVIDIA wheel itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
+import json
+import os
+import pathlib
 import platform
 import sys
 
@@ -16,6 +22,59 @@ def _pkg_version(name: str) -> str:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+# Library -> the NVIDIA wheel that ships it, for CUDA 13 and CUDA 12 (the ``cu13`` and
+# ``cu12`` extras of pyproject.toml install exactly these).
+_WHEELS = {
+    "nvrtc": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"),
+    "cublas": ("nvidia-cublas", "nvidia-cublas-cu12"),
+    "cublasLt": ("nvidia-cublas", "nvidia-cublas-cu12"),
+    "cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
+    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+}
+
+
+def checkout_root() -> str | None:
+    """The source checkout cudalibs runs from (a pyproject.toml naming it beside the package),
+    or None for an installed copy."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return root if 'name = "cudalibs"' in text else None
+
+
+def _editable_install_of(root: str) -> bool:
+    """Whether the installed cudalibs distribution is ``pip install -e`` of checkout ``root``."""
+    try:
+        info = json.loads(importlib.metadata.distribution("cudalibs").read_text(
+            "direct_url.json") or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return (bool(info.get("dir_info", {}).get("editable"))
+            and info.get("url", "").rstrip("/") == pathlib.Path(root).as_uri())
+
+
+def install_hint(library: str) -> str | None:
+    """The command that installs ``library`` (``"cublas"``) for this copy of cudalibs, or None
+    for a library no pip wheel provides.
+
+    From a checkout: its own extras, ``pip install ".[cu13]"`` (``-e`` when the checkout is
+    installed editable), run in the checkout.  Otherwise the NVIDIA wheel itself: the extras
+    belong to the cudalibs project, which the package index does not have.
+    """
+    if library not in _WHEELS:
+        return None
+    cu13, cu12 = _WHEELS[library]
+    root = checkout_root()
+    if root is not None:
+        flag = "-e " if _editable_install_of(root) else ""
+        return (f'pip install {flag}".[cu13]" in {root} (".[cu12]" for a CUDA 12 driver), '
+                f"which installs {cu13}")
+    return f"pip install {cu13} (or {cu12} for a CUDA 12 driver)"
 
 
 def _library_versions() -> dict:
@@ -44,7 +103,7 @@ def report(out=sys.stdout) -> bool:
     from . import __version__, _loader
     from .driver import _core
     from .driver.device import Device, device_count
-    from .errors import CudaLibsError
+    from .errors import CudaLibsError, LibraryNotFoundError
 
     w = out.write
     w(f"cudalibs {__version__}\n")
@@ -85,11 +144,15 @@ def report(out=sys.stdout) -> bool:
             v = version()
             info = _loader.loaded()[name]
             w(f"  {name:<9} {v:<10} {info.origin:<15} {info.path}\n")
-        except CudaLibsError as exc:
+        except LibraryNotFoundError as exc:
             w(f"  {name:<9} not available: {str(exc).splitlines()[0]}\n")
-            hint = getattr(exc, "hint", "")
+            # A CUDALIBS_<NAME>_PATH that does not load is fixed there, not by installing.
+            override = os.environ.get(_loader.env_var(exc.library))
+            hint = (None if override else install_hint(exc.library)) or exc.hint
             if hint:
                 w(f"            {hint}\n")
+        except CudaLibsError as exc:
+            w(f"  {name:<9} not available: {str(exc).splitlines()[0]}\n")
 
     if n == 0:
         w("self-check: skipped (no GPU)\n")
@@ -103,7 +166,16 @@ def report(out=sys.stdout) -> bool:
     return ok
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    """Run ``python -m cudalibs``: print the report (the default) and return the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cudalibs",
+        description="Print the cudalibs environment report: Python and packages, the NVIDIA "
+                    "driver and devices, each CUDA library's version and where it was loaded "
+                    "from (or how to install it), then a short GPU self-check against numpy "
+                    "(skipped without a GPU). Paste the output into a bug report.",
+        epilog="Exit status: 0 when everything found works, 1 when a self-check fails.")
+    parser.parse_args(argv)
     return 0 if report() else 1
 
 

@@ -116,11 +116,15 @@ def lookup(dtype) -> DType:
     Raises
     ------
     TypeError
-        The type is not one cudalibs moves to or from a GPU (object, string, non-native byte
-        order, structured types).
+        ``dtype`` is None (``numpy.dtype(None)`` means float64, a default no caller should get
+        by accident), or the type is not one cudalibs moves to or from a GPU (object, string,
+        non-native byte order, structured types).
     """
     if isinstance(dtype, DType):
         return dtype
+    if dtype is None:
+        raise TypeError("dtype is None: pass an element type such as numpy.float32 (None is "
+                        "not taken to mean float64 here, as numpy.dtype(None) would)")
     try:
         dt = np.dtype(dtype)
     except TypeError:

@@ -6,8 +6,9 @@ the vendor's name for it and the vendor's own message (``cuGetErrorString``,
 ``cudnnGetLastErrorString``, ``ncclGetLastError``, the NVRTC or JIT log).  All of them pickle,
 so they cross process boundaries (multiprocessing, pytest-xdist) intact.
 
-The status-name tables below are the vendor enums, verbatim; a CPU test compares each with the
-header shipped in the NVIDIA wheels.
+The status-name tables below are the vendor enums, verbatim, including statuses that only newer
+libraries return (a newer driver or library may hand them to an older binding); a CPU test
+compares each with the header shipped in the NVIDIA wheels, where that header has the status.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class StatusError(CudaLibsError):
         return dict(cls._names)
 
 
-# CUresult (cuda.h)
+# CUresult (cuda.h; 47, 227 and 917-919 from CUDA 13.5 on)
 _CUDA_STATUS = _status_table(
     """
     0 CUDA_SUCCESS
@@ -164,6 +165,7 @@ _CUDA_STATUS = _status_table(
     34 CUDA_ERROR_STUB_LIBRARY
     36 CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER
     46 CUDA_ERROR_DEVICE_UNAVAILABLE
+    47 CUDA_ERROR_MULTICAST_RESOURCE_FULL
     100 CUDA_ERROR_NO_DEVICE
     101 CUDA_ERROR_INVALID_DEVICE
     102 CUDA_ERROR_DEVICE_NOT_LICENSED
@@ -192,6 +194,7 @@ _CUDA_STATUS = _status_table(
     224 CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY
     225 CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC
     226 CUDA_ERROR_CONTAINED
+    227 CUDA_ERROR_INSUFFICIENT_LOADER_VERSION
     300 CUDA_ERROR_INVALID_SOURCE
     301 CUDA_ERROR_FILE_NOT_FOUND
     302 CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND
@@ -252,12 +255,15 @@ _CUDA_STATUS = _status_table(
     914 CUDA_ERROR_INVALID_RESOURCE_TYPE
     915 CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION
     916 CUDA_ERROR_KEY_ROTATION
+    917 CUDA_ERROR_STREAM_DETACHED
+    918 CUDA_ERROR_GRAPH_RECAPTURE_FAILURE
+    919 CUDA_ERROR_FABRIC_NOT_READY
     999 CUDA_ERROR_UNKNOWN
     """
 )
 
 
-# nvrtcResult (nvrtc.h)
+# nvrtcResult (nvrtc.h; 18 from CUDA 13.5 on)
 _NVRTC_STATUS = _status_table(
     """
     0 NVRTC_SUCCESS
@@ -278,6 +284,7 @@ _NVRTC_STATUS = _status_table(
     15 NVRTC_ERROR_PCH_CREATE
     16 NVRTC_ERROR_CANCELLED
     17 NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED
+    18 NVRTC_ERROR_BUSY
     """
 )
 
@@ -355,7 +362,8 @@ _CUDNN_STATUS = _status_table(
 )
 
 
-# ncclResult_t (nccl.h)
+# ncclResult_t (nccl.h; ncclTimeout from NCCL 2.32 on).  ncclNumResults, the enum's last
+# constant, counts the results and is none itself, so it has no row.
 _NCCL_STATUS = _status_table(
     """
     0 ncclSuccess
@@ -366,7 +374,7 @@ _NCCL_STATUS = _status_table(
     5 ncclInvalidUsage
     6 ncclRemoteError
     7 ncclInProgress
-    8 ncclNumResults
+    8 ncclTimeout
     """
 )
 

@@ -3,8 +3,9 @@
 - :func:`gemm`, :func:`gemm_strided_batched`, :func:`gemm_batched`: ``cublasGemmEx`` and its
   batched forms in float64, float32 (``compute="tf32"`` opt-in), float16/bfloat16 (fp32
   accumulation), int8 -> int32 and complex; transposed views become transpose flags.
-- :func:`tune_gemm` / ``algo="tuned"`` / :func:`algo_cache`: the fastest ``cublasGemmAlgo_t``
-  per problem.
+- :class:`GemmPlan`, :func:`tune_gemm` / ``algo="tuned"`` / :func:`algo_cache`: the fastest
+  ``cublasGemmAlgo_t`` per problem, kept in the tuning store; :func:`set_gemm_backend` picks
+  the library behind the default GEMM (a prepared cuBLASLt call, or ``cublasGemmEx``).
 - :class:`Matmul` (cuBLASLt plans: heuristics, :meth:`Matmul.autotune`, fused bias/ReLU/GELU
   epilogues, fp8) and :func:`matmul`, its cached one-shot form.
 - :func:`axpy`, :func:`scal`, :func:`dot`, :func:`nrm2`, :func:`gemv`.
@@ -17,15 +18,18 @@ loads nothing.
 
 from ._base import lt_version, version
 from .blas import axpy, dot, gemv, nrm2, scal
-from .gemm import (GEMM_ALGOS, SUPPORTED, GemmArgs, algo_cache, clear_algo_cache, gemm,
-                   gemm_args, gemm_batched, gemm_strided_batched, tune_gemm)
-from .handle import WORKSPACE_BYTES, prepare
-from .lt import (EPILOGUES, Matmul, MatmulDesc, MatmulPreference, MatrixLayout,
-                 clear_plan_cache, matmul, plan_cache)
+from .gemm import (GEMM_ALGOS, GEMM_KEY, SUPPORTED, GemmArgs, GemmPlan, algo_cache,
+                   clear_algo_cache, gemm, gemm_args, gemm_backend, gemm_batched,
+                   gemm_strided_batched, set_gemm_backend, tune_gemm)
+from .handle import WORKSPACE_BYTES, prepare, release_workspaces
+from .lt import MATMUL_KEY, Matmul, clear_plan_cache, matmul, plan_cache
+from .lt_desc import EPILOGUES, Epilogue, MatmulDesc, MatmulPreference, MatrixLayout
 
 __all__ = ["version", "lt_version",
            "gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
-           "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS",
+           "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS", "GemmPlan",
+           "GEMM_KEY", "set_gemm_backend", "gemm_backend",
            "axpy", "scal", "dot", "nrm2", "gemv",
-           "Matmul", "matmul", "MatrixLayout", "MatmulDesc", "MatmulPreference", "EPILOGUES",
-           "plan_cache", "clear_plan_cache", "WORKSPACE_BYTES", "prepare"]
+           "Matmul", "matmul", "MATMUL_KEY", "MatrixLayout", "MatmulDesc", "MatmulPreference",
+           "EPILOGUES", "Epilogue", "plan_cache", "clear_plan_cache", "WORKSPACE_BYTES",
+           "prepare", "release_workspaces"]

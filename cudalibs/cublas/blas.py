@@ -20,7 +20,8 @@ from ..driver.array import DeviceArray, empty
 from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
-from .gemm import _INT_MAX, _OP_N, _OP_T, _as_array, _scalar
+from ..driver.operand import check_device, operand
+from ._common import INT_MAX as _INT_MAX, OP_N as _OP_N, OP_T as _OP_T, scalar as _scalar
 from .handle import cublas_handle
 
 __all__ = ["axpy", "scal", "dot", "nrm2", "gemv"]
@@ -39,8 +40,8 @@ def _exec_type(dt: np.dtype) -> tuple[int, np.dtype]:
                      f"complex128 vectors, not {dt}")
 
 
-def _vector(x, what) -> tuple[DeviceArray, int]:
-    x = _as_array(x, what)
+def _vector(x, what, op=None) -> tuple[DeviceArray, int]:
+    x = operand(x, what, op)
     if x.ndim != 1:
         raise ValueError(f"{what} must be 1-D, got shape {x._shape}")
     st = x._strides[0] if x._shape[0] > 1 else x.itemsize
@@ -49,7 +50,6 @@ def _vector(x, what) -> tuple[DeviceArray, int]:
                          f"(got {st} bytes); copy it first")
     if x._shape[0] > _INT_MAX or st // x.itemsize > _INT_MAX:
         raise ValueError(f"{what} is too long for cuBLAS's 32-bit sizes")
-    x._check()
     return x, st // x.itemsize
 
 
@@ -60,8 +60,7 @@ def _pair(x, y):
         raise ValueError(f"x has shape {x._shape} but y has {y._shape}")
     if x._dtype != y._dtype:
         raise ValueError(f"x is {x._dtype} but y is {y._dtype}")
-    if x._device is not y._device:
-        raise ValueError("x and y are on different devices")
+    check_device(y, x._device, "y")
     return x, incx, y, incy
 
 
@@ -173,7 +172,7 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
     DeviceArray
         ``y``.
     """
-    a = _as_array(a, "a")
+    a = operand(a, "a", "gemv")
     dt = a._dtype
     name = _GEMV.get(dt)
     if name is None:
@@ -213,7 +212,6 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
     y, incy = _vector(y, "y")
     if y._shape != (rows,) or y._dtype != dt or y._device is not a._device:
         raise ValueError(f"y must be a ({rows},) {dt} vector on device {a._device.ordinal}")
-    a._check()
     s, h = _handle(a._device, stream)
     if rows == 0:
         return y

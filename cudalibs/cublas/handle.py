@@ -28,16 +28,18 @@ one.  A workspace is allocated outside any graph capture when possible: call
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from ..driver import _lib as _drv
 from ..driver._handles import HandleCache, Workspaces
+from ..driver import plan as _plan
 from ..driver.device import Device, as_device
 from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
 
 __all__ = ["WORKSPACE_BYTES", "cublas_handle", "lt_handle", "workspace", "prepare",
-           "handle_caches"]
+           "handle_caches", "release_workspaces"]
 
 #: Scratch bytes per (device, stream).  Hopper needs 32 MiB for cuBLAS's fastest kernels
 #: (the cuBLAS documentation recommends 32 MiB on sm_90, 4 MiB elsewhere).
@@ -108,6 +110,26 @@ def _workspace_buffer(device: Device, s):
     return _workspaces.get(device, s._handle, WORKSPACE_BYTES)
 
 
+#: This thread's cuBLAS handles by Device (``_tls.cublas``), read by the GEMM hot path
+#: without a call; filled from the handle cache on first use.
+_tls = threading.local()
+#: Every cuBLAS handle ever bound to a stream, so that releasing the workspaces can unbind
+#: them (a handle still "bound" to a stream would skip the rebind that sets a new workspace).
+_bound: set = set()
+
+
+def thread_handle(device: Device):
+    """This thread's cuBLAS :class:`~cudalibs.driver._handles.Handle` for ``device``."""
+    try:
+        return _tls.cublas[device]
+    except AttributeError:
+        _tls.cublas = {}
+    except KeyError:
+        pass
+    h = _tls.cublas[device] = _cublas_handles.get(device)
+    return h
+
+
 def cublas_handle(device: Device, stream: int):
     """The calling thread's cuBLAS handle for ``device``, bound to raw stream handle
     ``stream`` and that stream's workspace.
@@ -121,7 +143,7 @@ def cublas_handle(device: Device, stream: int):
     cublasHandle_t
         The raw ctypes handle.
     """
-    h = _cublas_handles.get(device)
+    h = thread_handle(device)
     if h.stream != stream:
         _rebind(h, device, stream)
     return h.raw
@@ -129,6 +151,7 @@ def cublas_handle(device: Device, stream: int):
 
 def _rebind(h, device: Device, stream: int) -> None:
     ws = workspace(device, stream)
+    _bound.add(h)
     h.bind(stream)
     # cublasSetStream resets the workspace to cuBLAS's own default pool, so this follows it.
     st = _lib.get().cublasSetWorkspace_v2(h.raw, ws, WORKSPACE_BYTES)
@@ -161,3 +184,22 @@ def prepare(stream=None, device=None) -> None:
     _drv.get().cuCtxSetCurrent(dev._ctx)
     cublas_handle(dev, s._handle)
     lt_handle(dev)
+
+
+def release_workspaces(device=None) -> None:
+    """Free the cuBLAS/cuBLASLt workspaces (of ``device`` only, if given) and unbind this
+    process's cuBLAS handles from their streams, so the next call sets its stream and a new
+    workspace again.  Waits for the device first: queued work may still use a workspace.
+    Run by :func:`cudalibs.driver.plan.release_all`."""
+    dev = None if device is None else as_device(device)
+    for h in list(_bound):
+        if dev is None or h.device is dev:
+            h.stream = None
+    _workspaces.release(dev)
+
+
+def _release_hook() -> None:
+    release_workspaces()
+
+
+_plan.RELEASE_HOOKS.append(_release_hook)

@@ -9,9 +9,12 @@
   stream when it changes; workspaces per (device, stream) that grow and are reused.
 - :mod:`~cudalibs.cudnn.descriptors`: RAII descriptors cached by their parameters; the layout
   convention (logical NCHW arrays, layout read from strides).
-- :mod:`~cudalibs.cudnn.conv`: convolution forward/backward, fused conv+bias+activation,
-  algorithm find/heuristic with plans cached per problem key; on cuDNN's graph API first
-  (``cudnn.conv.GRAPH_API = False`` forces the legacy API).
+- :mod:`~cudalibs.cudnn.conv`: the one-shot convolutions, their plans found in the one plan
+  cache; :mod:`~cudalibs.cudnn.conv_plan`: the user-held plans (``ConvForwardPlan``...:
+  plan, autotune, execute, close), on cuDNN's graph API first
+  (``cudnn.conv.GRAPH_API = False`` forces the legacy API), with
+  :mod:`~cudalibs.cudnn.conv_graph` and :mod:`~cudalibs.cudnn.conv_legacy` behind them;
+  :mod:`~cudalibs.cudnn.fused`: conv + bias (+ residual) + activation.
 - :mod:`~cudalibs.cudnn.graph`: the graph (backend) API: backend descriptors, operation
   graphs, engine heuristics, execution plans and variant packs.
 - :mod:`~cudalibs.cudnn.norm`, :mod:`~cudalibs.cudnn.pooling`,
@@ -26,9 +29,11 @@ from . import graph
 from ._base import check_versions, last_error_string, version, version_tuple
 from .activation import (activation, activation_backward, activation_forward, add_tensor,
                          softmax, softmax_backward, softmax_forward)
-from .conv import (BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, ConvPlan, NoAlgorithmError,
-                   algo_cache, clear_algo_cache, conv_backward_bias, conv_backward_data,
-                   conv_backward_filter, conv_bias_act, conv_forward, conv_output_shape)
+from .conv import (BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, ConvBackwardDataPlan,
+                   ConvBackwardFilterPlan, ConvBiasActPlan, ConvForwardPlan, ConvPlan,
+                   NoAlgorithmError, algo_cache, clear_algo_cache, conv_backward_bias,
+                   conv_backward_data, conv_backward_filter, conv_bias_act, conv_forward,
+                   conv_output_shape)
 from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, FilterDescriptor,
                           PoolingDescriptor, TensorDescriptor, activation_descriptor,
                           clear_descriptor_cache, convolution_descriptor,
@@ -42,7 +47,9 @@ from .pooling import pooling_backward, pooling_forward, pooling_output_shape
 __all__ = [
     "version", "version_tuple", "last_error_string", "check_versions", "graph",
     "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
-    "conv_bias_act", "conv_output_shape", "ConvPlan", "NoAlgorithmError", "algo_cache",
+    "conv_bias_act", "conv_output_shape", "ConvPlan", "ConvForwardPlan",
+    "ConvBackwardDataPlan", "ConvBackwardFilterPlan", "ConvBiasActPlan", "NoAlgorithmError",
+    "algo_cache",
     "clear_algo_cache", "FWD_ALGOS", "BWD_DATA_ALGOS", "BWD_FILTER_ALGOS",
     "batch_norm_train", "batch_norm_infer", "batch_norm_backward", "BatchNormState",
     "batch_norm_paths",

@@ -10,8 +10,10 @@ import operator
 
 import numpy as np
 
-from ..driver.array import DeviceArray, asarray, empty
+from ..driver.array import DeviceArray, arrays_overlap, empty
 from ..driver.memory import alloc_async
+from ..driver.operand import operand
+from ..driver.operand import operands as _operands
 from ..driver.stream import as_stream
 from .descriptors import cudnn_dtype, layout_name, layouts_of, packed_strides
 
@@ -35,32 +37,26 @@ def scalar(value, double: bool) -> int:
 
 
 # -- arguments -----------------------------------------------------------------------------------
-def as_array(obj, name: str) -> DeviceArray:
-    """A DeviceArray view of ``obj`` (DeviceArray, CAI or DLPack), checked open."""
-    try:
-        arr = asarray(obj)
-    except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
-    arr.ptr  # raises ClosedError for an array whose buffer was closed
-    return arr
+def resolve(op: str, *named, stream=None):
+    """``(array, ..., device, stream)``: each ``(obj, name)`` pair through the one operand path
+    (:func:`~cudalibs.driver.operand.operands`, all on the first one's device; None stays
+    None), and the ``stream=`` argument resolved for that device."""
+    *arrs, dev = _operands(op, *named, stream=stream)
+    return (*arrs, dev, as_stream(stream, dev))
 
 
-def same_device(dev, **arrays) -> None:
-    for name, a in arrays.items():
-        if a is not None and a._device is not dev:
-            raise ValueError(f"{name} is on device {a._device.ordinal}, the input on device "
-                             f"{dev.ordinal}; move it first")
+def check_overlap(op: str, out, **inputs) -> None:
+    """Refuse an ``out`` that shares memory with an input: cuDNN reads its inputs while it
+    writes, so an aliased output gives wrong results (or none at all)."""
+    for name, a in inputs.items():
+        if a is not None and arrays_overlap(out, a):
+            raise ValueError(f"{op}: out overlaps {name} (it shares memory with an input); "
+                             "give a separate output array")
 
 
-def operands(stream, *named):
-    """``(array, ..., device, stream)``: :func:`as_array` of each ``(obj, name)`` pair, all
-    checked to be on the first one's device, and the stream resolved for that device."""
-    arrs = [as_array(obj, name) for obj, name in named]
-    dev = arrs[0]._device
-    for a, (_, name) in zip(arrs[1:], named[1:]):
-        if a._device is not dev:
-            same_device(dev, **{name: a})
-    return (*arrs, dev, stream_of(stream, dev))
+def hashable(v):
+    """An int/str/None as is, a sequence as a tuple (a cache-key field)."""
+    return v if v is None or isinstance(v, (int, str, np.integer)) else tuple(v)
 
 
 def check_float(arr, name: str) -> None:
@@ -139,7 +135,7 @@ def pick_layout(*fits_and_names, prefer: bool | None = None) -> bool:
 
 
 def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
-           strides=None) -> DeviceArray:
+           strides=None, op: str | None = None) -> DeviceArray:
     """``out`` checked against ``shape``/``dtype``/layout/device, or a new array of them,
     allocated stream-ordered on ``s`` in the given layout.
 
@@ -148,8 +144,7 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
     """
     if (strides is not None and type(out) is DeviceArray and out._device is dev
             and out._shape == shape and out._strides == strides and out._dtype == dtype):
-        out.ptr  # raises ClosedError for a closed buffer
-        return out
+        return operand(out, name, op)    # the liveness check only: the rest matched
     shape = tuple(shape)
     if out is None:
         if channels_last and len(shape) >= 3:
@@ -159,10 +154,7 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
             buf = alloc_async(nbytes, s, dev)
             return DeviceArray.from_buffer(buf, shape, dtype, tuple(v * itemsize for v in st))
         return empty(shape, dtype, device=dev, stream=s)
-    out = as_array(out, name)
-    if out._device is not dev:
-        raise ValueError(f"{name} is on device {out._device.ordinal}, the inputs on "
-                         f"device {dev.ordinal}")
+    out = operand(out, name, op, device=dev)
     if out.shape != shape:
         raise ValueError(f"{name} has shape {out.shape}, expected {shape}")
     if out.dtype != np.dtype(dtype):
@@ -175,10 +167,6 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
     elif not out.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
     return out
-
-
-def stream_of(stream, dev):
-    return as_stream(stream, dev)
 
 
 def scratch(nbytes: int, s, dev):

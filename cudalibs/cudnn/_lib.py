@@ -15,7 +15,6 @@ needs it.  A CPU test checks every row against the headers.
 from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_size_t, c_void_p
 
 from .._ffi import LazyLibrary, Proto, opaque_handle
-from ..driver._lib import CUstream
 
 # Headers (found in the NVIDIA wheels) that declare everything below.
 HEADERS = ("cudnn.h",)
@@ -48,7 +47,7 @@ cudnnPoolingDescriptor_t = opaque_handle("cudnnPoolingStruct")
 cudnnActivationDescriptor_t = opaque_handle("cudnnActivationStruct")
 # driver_types.h: typedef struct CUstream_st *cudaStream_t -- the driver's CUstream, the very
 # same ctypes type, so a cudalibs stream handle passes straight through.
-cudaStream_t = CUstream
+cudaStream_t = opaque_handle("CUstream_st")
 
 # enum libraryPropertyType_t (library_types.h)
 MAJOR_VERSION = 0

@@ -14,10 +14,13 @@ or ``"fast"``; ``mode="channel"`` normalizes over C at each (N, spatial) positio
 
 from __future__ import annotations
 
+from ..driver.operand import operand
+from ..driver.plan import KeyKind, cache as _cache
+from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
-from ._common import (as_array, check_float, is_double, layout_padded, operands, output,
-                      padded, same_device, scalar, stream_of)
+from ._common import (check_float, is_double, layout_padded, output, padded, resolve,
+                      scalar)
 from .descriptors import activation_descriptor, packed_strides, tensor_descriptor
 from .handle import handle_for
 
@@ -31,21 +34,24 @@ SOFTMAX_ALGORITHMS = {"fast": _lib.CUDNN_SOFTMAX_FAST, "accurate": _lib.CUDNN_SO
 SOFTMAX_MODES = {"instance": _lib.CUDNN_SOFTMAX_MODE_INSTANCE,
                  "channel": _lib.CUDNN_SOFTMAX_MODE_CHANNEL}
 
-_descs: dict = {}
+#: The cache key of the element-wise ops' tensor descriptors (in the one plan cache).
+TENSOR_KEY = KeyKind("cudnn_elementwise_tensor", ("dtype", "shape", "strides"))
 
 
 def _tensor(x, name):
-    """(descriptor, channels_last) of a padded 4-D/5-D view of ``x``, cached."""
-    key = (x.dtype, x.shape, x.strides)
-    hit = _descs.get(key)
-    if hit is not None and hit[0]._finalizer.alive:
+    """(descriptor, channels_last) of a padded 4-D/5-D view of ``x``, cached in the one
+    plan cache (bounded, clearable)."""
+    key = (TENSOR_KEY, x._dtype, x._shape, x._strides)
+    hit = _cache.get(key)
+    if hit is not None and not hit[0].closed:
         return hit
     check_float(x, name)
     shape, strides = padded(x, name)
     fits = layout_padded(shape, strides, x.itemsize, name)
     cl = fits[0]
-    hit = _descs[key] = (tensor_descriptor(x.dtype, shape, packed_strides(shape, cl)), cl)
-    return hit
+    hit = (tensor_descriptor(x.dtype, shape, packed_strides(shape, cl)), cl)
+    _cache.pop(key)
+    return _cache.put(key, hit)
 
 
 def _like(a, name, ref, ref_cl, ref_name):
@@ -87,9 +93,9 @@ def activation_forward(x, mode="relu", *, coef=None, swish_beta=1.0, out=None, a
     -------
     DeviceArray
     """
-    x = as_array(x, "x")
+    x = operand(x, "x", "activation_forward", stream=stream)
     dev = x._device
-    s = stream_of(stream, dev)
+    s = as_stream(stream, dev)
     xd, cl = _tensor(x, "x")
     ad = _act_desc(mode, coef, swish_beta)
     y = output(out, x.shape, x.dtype, cl, dev, s)
@@ -125,7 +131,8 @@ def activation_backward(y, dy, x, mode="relu", *, coef=None, swish_beta=1.0, out
     DeviceArray
         ``dx``.
     """
-    x, y, dy, dev, s = operands(stream, (x, "x"), (y, "y"), (dy, "dy"))
+    x, y, dy, dev, s = resolve("activation_backward", (x, "x"), (y, "y"), (dy, "dy"),
+                               stream=stream)
     xd, cl = _tensor(x, "x")
     yd = _like(y, "y", x, cl, "x")
     dyd = _like(dy, "dy", x, cl, "x")
@@ -171,9 +178,9 @@ def softmax_forward(x, *, algorithm="accurate", mode="channel", out=None, alpha=
     DeviceArray
     """
     algo, m = _softmax_args(algorithm, mode)
-    x = as_array(x, "x")
+    x = operand(x, "x", "softmax_forward", stream=stream)
     dev = x._device
-    s = stream_of(stream, dev)
+    s = as_stream(stream, dev)
     xd, cl = _tensor(x, "x")
     y = output(out, x.shape, x.dtype, cl, dev, s)
     h = handle_for(dev, s._handle)
@@ -198,7 +205,7 @@ def softmax_backward(y, dy, *, algorithm="accurate", mode="channel", out=None, a
         ``dx``.
     """
     algo, m = _softmax_args(algorithm, mode)
-    y, dy, dev, s = operands(stream, (y, "y"), (dy, "dy"))
+    y, dy, dev, s = resolve("softmax_backward", (y, "y"), (dy, "dy"), stream=stream)
     yd, cl = _tensor(y, "y")
     dyd = _like(dy, "dy", y, cl, "y")
     dx = output(out, y.shape, y.dtype, cl, dev, s)
@@ -242,11 +249,7 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, stream=None):
     DeviceArray
         ``c``.
     """
-    a = as_array(a, "a")
-    c = as_array(c, "c")
-    dev = c._device
-    same_device(dev, a=a)
-    s = stream_of(stream, dev)
+    c, a, dev, s = resolve("add_tensor", (c, "c"), (a, "a"), stream=stream)
     if a.dtype != c.dtype:
         raise TypeError(f"a has dtype {a.dtype}, c has {c.dtype}; they must match")
     cd, cl = _tensor(c, "c")

@@ -419,7 +419,7 @@ _cache_lock = threading.Lock()
 def _cached(cls, *args):
     key = (cls, args)
     d = _cache.get(key)
-    if d is not None and d._finalizer.alive:
+    if d is not None and not d.closed:
         return d
     d = cls(*args)
     with _cache_lock:

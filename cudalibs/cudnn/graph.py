@@ -27,6 +27,7 @@ host-side); execution plans need a handle, and so a device.
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -523,6 +524,9 @@ def engine_configs(graph: BackendDescriptor, modes=("a", "fallback"),
 
 # -- execution -------------------------------------------------------------------------------
 _PACK_CACHE_MAX = 8
+# Guards every plan's variant-pack dict (inserts and evictions are rare: one per new pointer
+# set; lookups take no lock).
+_PACKS_LOCK = threading.Lock()
 
 
 class ExecutionPlan:
@@ -578,13 +582,24 @@ class ExecutionPlan:
                 raise ValueError(f"the plan binds {len(self.uids)} tensors, got "
                                  f"{len(ptrs)} pointers")
             vp = variant_pack(self.uids, ptrs, workspace, uid_array=self._uid_array)
-            if len(self._packs) >= _PACK_CACHE_MAX:
-                try:  # drop the oldest (another thread may be doing the same)
-                    self._packs.pop(next(iter(self._packs)), None)
-                except (StopIteration, RuntimeError):
-                    pass
-            self._packs[key] = vp
+            # A finalized pack is immutable, so threads may share one; the dict is changed
+            # under the lock only (a reader's lookup never sees it mid-change), and an
+            # evicted pack stays valid for a thread still holding it.
+            with _PACKS_LOCK:
+                have = self._packs.get(key)
+                if have is not None:
+                    return have
+                while len(self._packs) >= _PACK_CACHE_MAX:
+                    self._packs.pop(next(iter(self._packs)))
+                self._packs[key] = vp
         return vp
+
+    def pack_uncached(self, ptrs, workspace: int) -> BackendDescriptor:
+        """A variant pack of ``ptrs`` that is not kept (scratch pointers used for timing)."""
+        if len(ptrs) != len(self.uids):
+            raise ValueError(f"the plan binds {len(self.uids)} tensors, got {len(ptrs)} "
+                             "pointers")
+        return variant_pack(self.uids, ptrs, workspace, uid_array=self._uid_array)
 
     def execute(self, handle_raw, ptrs, workspace: int = 0) -> None:
         """Run on the stream ``handle_raw`` is bound to.
@@ -592,7 +607,7 @@ class ExecutionPlan:
         The hot path: a dict lookup of the pointers' variant pack and one
         ``cudnnBackendExecute``.
         """
-        if not self.descriptor._finalizer.alive:
+        if self.descriptor.closed:
             raise ClosedError("the execution plan is closed")
         vp = self._packs.get((*ptrs, workspace))
         if vp is None:

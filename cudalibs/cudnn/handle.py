@@ -14,6 +14,7 @@ import ctypes
 
 from ..driver._handles import Handle, HandleCache, Workspaces
 from ..driver.device import Device
+from ..driver.plan import RELEASE_HOOKS
 from . import _lib
 from ._base import check_versions, raise_for
 
@@ -92,10 +93,24 @@ def workspace_bytes(device: Device | None = None) -> int:
     """Bytes of workspace held (for one device, or all)."""
     if device is None:
         return _workspaces.total_bytes()
-    return sum(b.size for (d, _), b in list(_workspaces._buffers.items())
-               if d == device.ordinal)
+    try:
+        return _workspaces.total_bytes(device)
+    except TypeError:   # a Workspaces that counts all devices together only
+        return _workspaces.total_bytes()
 
 
 def release_workspaces(device: Device | None = None) -> None:
     """Free the cached workspaces (of ``device`` only, if given); they regrow on demand."""
     _workspaces.release(device)
+
+
+def _release_all() -> None:
+    """What :func:`cudalibs.driver.plan.release_all` frees of cuDNN: the workspaces and the
+    descriptor cache (the plans went with the plan cache)."""
+    from .descriptors import clear_descriptor_cache
+
+    release_workspaces()
+    clear_descriptor_cache()
+
+
+RELEASE_HOOKS.append(_release_all)

@@ -34,36 +34,48 @@ import ctypes
 import numpy as np
 
 from ..driver.array import empty
+from ..driver.operand import operand
+from ..driver.plan import KeyKind, cache as _cache
+from ..driver.stream import as_stream
 from ..errors import CudnnError
 from . import _lib
 from ._base import raise_for
-from ._common import (as_array, check_float, is_double, layout_padded, operands, output,
-                      padded, same_device, scalar, stream_of)
+from ._common import (check_float, is_double, layout_padded, output, padded, resolve, scalar)
 from .descriptors import activation_descriptor, packed_strides, tensor_descriptor
 from .handle import handle_for, workspace
 
 __all__ = ["batch_norm_train", "batch_norm_infer", "batch_norm_backward", "BatchNormState",
-           "batch_norm_paths", "BN_MODES"]
+           "batch_norm_paths", "BN_MODES", "BATCH_NORM_KEY"]
 
 #: mode= names -> cudnnBatchNormMode_t.
 BN_MODES = {"spatial": _lib.CUDNN_BATCHNORM_SPATIAL,
             "per_activation": _lib.CUDNN_BATCHNORM_PER_ACTIVATION}
 
-_plans: dict = {}
+#: The cache key of the batch-norm plans in the one plan cache.
+BATCH_NORM_KEY = KeyKind("cudnn_batch_norm", ("dtype", "x_shape", "x_strides", "mode"))
 
 
 class _BNPlan:
-    # ex: (device ordinal, "forward"/"backward", bnOps) -> (workspace bytes, reserve bytes),
-    # or a str saying why the Ex entry point is not used for it (decided once); ex_ok: the
-    # keys whose Ex call has succeeded once (a later failure is an error, not a fallback).
+    """The descriptors and entry-point decisions of one batch-norm problem.
+
+    ex: (device ordinal, "forward"/"backward", bnOps) -> (workspace bytes, reserve bytes), or
+    a str saying why the Ex entry point is not used for it (decided once); ex_ok: the keys
+    whose Ex call has succeeded once (a later failure is an error, not a fallback).  Threads
+    sharing a plan only ever add the same answers to these (single dict/set stores).
+    """
+
     __slots__ = ("x_desc", "p_desc", "p_shape", "p_dtype", "cl", "mode", "train_mode", "double",
                  "shape", "ex", "ex_ok", "paths", "name")
 
+    def __repr__(self) -> str:
+        paths = ", ".join(f"{k}: {v}" for k, v in self.paths.items()) or "not run"
+        return f"<batch-norm plan {self.name} {tuple(self.shape)} ({paths})>"
+
 
 def _plan(x, mode):
-    key = (x.dtype, x.shape, x.strides, mode)
-    plan = _plans.get(key)
-    if plan is not None and plan.x_desc._finalizer.alive and plan.p_desc._finalizer.alive:
+    key = (BATCH_NORM_KEY, x._dtype, x._shape, x._strides, mode)
+    plan = _cache.get(key)
+    if plan is not None and not plan.x_desc.closed and not plan.p_desc.closed:
         return plan
     if mode not in BN_MODES:
         raise ValueError(f"mode must be 'spatial' or 'per_activation', not {mode!r}")
@@ -88,8 +100,8 @@ def _plan(x, mode):
     plan.p_shape = (x.shape[1],) if mode == "spatial" else x.shape[1:]
     plan.ex, plan.ex_ok, plan.paths = {}, set(), {}
     plan.name = mode
-    _plans[key] = plan
-    return plan
+    _cache.pop(key)
+    return _cache.put(key, plan)
 
 
 def _param(arr, name, plan, dev, required=True):
@@ -97,9 +109,7 @@ def _param(arr, name, plan, dev, required=True):
         if required:
             raise ValueError(f"{name} is required")
         return None
-    arr = as_array(arr, name)
-    if arr._device is not dev:
-        same_device(dev, **{name: arr})
+    arr = operand(arr, name, "batch_norm", device=dev)
     if arr.dtype != plan.p_dtype:
         raise TypeError(f"{name} must be {plan.p_dtype} (cuDNN keeps batch-norm parameters in "
                         f"{plan.p_dtype} for this data), not {arr.dtype}")
@@ -278,8 +288,8 @@ def batch_norm_paths(x, mode="spatial") -> dict:
         directions run so far ("ex": the Ex entry point with workspace and reserve;
         "legacy": the plain one, with the reason); empty when none ran.
     """
-    x = as_array(x, "x")
-    plan = _plans.get((x.dtype, x.shape, x.strides, mode))
+    x = operand(x, "x", "batch_norm_paths")
+    plan = _cache.get((BATCH_NORM_KEY, x._dtype, x._shape, x._strides, mode))
     return dict(plan.paths) if plan is not None else {}
 
 
@@ -323,9 +333,9 @@ def batch_norm_train(x, scale, bias, running_mean=None, running_var=None, *, mom
     CudnnError
         cuDNN refused the call.
     """
-    x = as_array(x, "x")
+    x = operand(x, "x", "batch_norm_train", stream=stream)
     dev = x._device
-    s = stream_of(stream, dev)
+    s = as_stream(stream, dev)
     plan = _plan(x, mode)
     ops = _fusion(plan, x, activation, z)
     scale = _param(scale, "scale", plan, dev)
@@ -400,9 +410,7 @@ def batch_norm_train(x, scale, bias, running_mean=None, running_var=None, *, mom
 
 def _like_x(arr, name, x, plan, dev, s):
     """``arr`` checked to have ``x``'s shape, dtype, layout and device."""
-    arr = as_array(arr, name)
-    if arr._device is not dev:
-        same_device(dev, **{name: arr})
+    arr = operand(arr, name, "batch_norm", device=dev)
     if arr.shape != x.shape or arr.dtype != x.dtype:
         raise ValueError(f"{name} {arr.dtype} {arr.shape} must match x {x.dtype} {x.shape}")
     if plan.cl not in layout_padded(*padded(arr, name), arr.itemsize, name):
@@ -429,9 +437,9 @@ def batch_norm_infer(x, scale, bias, mean, var, *, eps=1e-5, mode="spatial", out
     DeviceArray
         ``y``.
     """
-    x = as_array(x, "x")
+    x = operand(x, "x", "batch_norm_infer", stream=stream)
     dev = x._device
-    s = stream_of(stream, dev)
+    s = as_stream(stream, dev)
     plan = _plan(x, mode)
     p = [_param(a, n, plan, dev) for a, n in
          ((scale, "scale"), (bias, "bias"), (mean, "mean"), (var, "var"))]
@@ -498,7 +506,7 @@ def batch_norm_backward(x, dy, scale, save_mean=None, save_inv_std=None, *, rese
             bias, y_fwd = state.bias, state.y
     mode = "spatial" if mode is None else mode
     eps = 1e-5 if eps is None else eps
-    x, dy, dev, s = operands(stream, (x, "x"), (dy, "dy"))
+    x, dy, dev, s = resolve("batch_norm_backward", (x, "x"), (dy, "dy"), stream=stream)
     plan = _plan(x, mode)
     dy = _like_x(dy, "dy", x, plan, dev, s)
     scale = _param(scale, "scale", plan, dev)
@@ -507,9 +515,7 @@ def batch_norm_backward(x, dy, scale, save_mean=None, save_inv_std=None, *, rese
     if (sm is None) != (siv is None):
         raise ValueError("give both save_mean and save_inv_std, or neither")
     if reserve is not None:
-        reserve = as_array(reserve, "reserve")
-        if reserve._device is not dev:
-            same_device(dev, reserve=reserve)
+        reserve = operand(reserve, "reserve", "batch_norm_backward", device=dev)
         if not reserve.is_c_contiguous:
             raise ValueError("reserve must be contiguous (pass the forward's state.reserve)")
     if ops != _OPS_BN:

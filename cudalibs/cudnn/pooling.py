@@ -12,27 +12,60 @@ from __future__ import annotations
 
 import ctypes
 
+import operator
+
+from ..driver.operand import operand
+from ..driver.plan import KeyKind, cache as _cache
+from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
-from ._common import (as_array, check_float, is_double, layout_of, operands, output,
-                      pick_layout, scalar, stream_of, tuple_arg)
+from ._common import (check_float, hashable, is_double, layout_of, output, pick_layout,
+                      resolve, scalar, tuple_arg)
 from .descriptors import packed_strides, pooling_descriptor, tensor_descriptor
 from .handle import handle_for
 
-__all__ = ["pooling_forward", "pooling_backward", "pooling_output_shape"]
+__all__ = ["pooling_forward", "pooling_backward", "pooling_output_shape", "POOLING_KEY"]
 
-_plans: dict = {}
+#: The cache key of the pooling plans (descriptors and output shape) in the one plan cache.
+POOLING_KEY = KeyKind("cudnn_pooling", ("dtype", "x_shape", "x_strides", "window", "stride",
+                                        "padding", "mode", "propagate_nan"))
 
 
 def pooling_output_shape(x_shape, window, *, stride=None, padding=0) -> tuple[int, ...]:
-    """Output shape of pooling ``x_shape`` (formula only).
+    """Output shape of pooling an input of shape ``x_shape`` (formula only).
+
+    Parameters
+    ----------
+    x_shape : sequence of int
+        Logical ``(N, C, H, W)`` or ``(N, C, D, H, W)``: N, C and one to three spatial
+        dimensions, each >= 1.
+    window : int or sequence of int
+        Per spatial dimension.
+    stride : int or sequence of int, optional
+        The window by default.
+    padding : int or sequence of int
+
+    Returns
+    -------
+    tuple of int
+        ``(N, C, *out)`` with ``out = (in + 2 * padding - window) // stride + 1``.
 
     Raises
     ------
     ValueError
-        A window larger than the padded input, or bad parameters.
+        A shape without N, C and spatial dimensions, a dimension below 1, a window larger
+        than the padded input, or bad parameters.
     """
+    try:
+        x_shape = tuple(operator.index(v) for v in x_shape)
+    except TypeError:
+        raise TypeError(f"x_shape must be a sequence of ints, not {x_shape!r}") from None
     nsp = len(x_shape) - 2
+    if not 1 <= nsp <= 3:
+        raise ValueError(f"x_shape {x_shape} must be (N, C, spatial...) with 1 to 3 spatial "
+                         "dimensions (pooling needs N, C and at least one spatial dimension)")
+    if any(v < 1 for v in x_shape):
+        raise ValueError(f"x_shape {x_shape} has a dimension below 1")
     window = tuple_arg(window, nsp, "window")
     stride = window if stride is None else tuple_arg(stride, nsp, "stride")
     padding = tuple_arg(padding, nsp, "padding")
@@ -48,11 +81,10 @@ def pooling_output_shape(x_shape, window, *, stride=None, padding=0) -> tuple[in
 
 
 def _plan(x, window, stride, padding, mode, propagate_nan):
-    key = (x.dtype, x.shape, x.strides, window if isinstance(window, int) else tuple(window),
-           stride if stride is None or isinstance(stride, int) else tuple(stride),
-           padding if isinstance(padding, int) else tuple(padding), mode, propagate_nan)
-    plan = _plans.get(key)
-    if plan is not None and all(d._finalizer.alive for d in plan[:3]):
+    key = (POOLING_KEY, x._dtype, x._shape, x._strides, hashable(window), hashable(stride),
+           hashable(padding), mode, propagate_nan)
+    plan = _cache.get(key)
+    if plan is not None and not any(d.closed for d in plan[:3]):
         return plan
     check_float(x, "x")
     cl = pick_layout((layout_of(x, "x"), "x"))
@@ -71,8 +103,8 @@ def _plan(x, window, stride, padding, mode, propagate_nan):
         raise ValueError(f"cuDNN computes a pooling output of {tuple(dims)}, the formula "
                          f"{y_shape}")
     ydesc = tensor_descriptor(x.dtype, y_shape, packed_strides(y_shape, cl))
-    plan = _plans[key] = (pdesc, xdesc, ydesc, y_shape, cl)
-    return plan
+    _cache.pop(key)
+    return _cache.put(key, (pdesc, xdesc, ydesc, y_shape, cl))
 
 
 def pooling_forward(x, window, *, stride=None, padding=0, mode="max", propagate_nan=True,
@@ -100,9 +132,9 @@ def pooling_forward(x, window, *, stride=None, padding=0, mode="max", propagate_
     -------
     DeviceArray
     """
-    x = as_array(x, "x")
+    x = operand(x, "x", "pooling_forward", stream=stream)
     dev = x._device
-    s = stream_of(stream, dev)
+    s = as_stream(stream, dev)
     pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan)
     y = output(out, y_shape, x.dtype, cl, dev, s)
     h = handle_for(dev, s._handle)
@@ -136,7 +168,8 @@ def pooling_backward(y, dy, x, window, *, stride=None, padding=0, mode="max",
     DeviceArray
         ``dx``.
     """
-    x, y, dy, dev, s = operands(stream, (x, "x"), (y, "y"), (dy, "dy"))
+    x, y, dy, dev, s = resolve("pooling_backward", (x, "x"), (y, "y"), (dy, "dy"),
+                               stream=stream)
     pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan)
     for name, a in (("y", y), ("dy", dy)):
         if a.shape != y_shape or a.dtype != x.dtype:

@@ -11,7 +11,10 @@ from .device import Device, DeviceProperties, as_device, current_device, device_
 from .memory import DeviceBuffer, HostBuffer, MemoryPool, alloc, alloc_async, pinned_empty
 from .stream import Event, Stream, as_stream, current_stream, default_stream
 from . import graph
-from .module import Kernel, Launcher, Module
+from .launch import Kernel, Launcher
+from .module import Module
+# Registers the per-stream release of library workspaces and handle bindings.
+from . import _handles  # noqa: E402,F401
 from .nvrtc import compile
 from .operand import operand, operands
 

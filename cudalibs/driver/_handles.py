@@ -13,18 +13,32 @@ so that a repeated call builds nothing:
 - :class:`Workspaces` keeps one buffer per (device, stream) that grows to the largest size
   asked for and is then reused.  Work on one stream runs in order, so the same buffer serves
   every call on that stream; two streams never share one.
+
+Per-stream state goes with its stream: when an owned :class:`~cudalibs.Stream` is closed or
+collected, every :class:`Workspaces` frees that stream's buffer (after the work queued on the
+stream) and every :class:`HandleCache` unbinds the handles bound to it, before the stream is
+destroyed, so a stream per request leaves nothing behind and a recycled handle value never
+meets a stale binding.  :func:`cudalibs.release_all` frees every workspace.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import threading
+import weakref
 from typing import Any, Callable
 
+from . import _lib, plan as _plan, stream as _stream_mod
+from ._core import raise_for
 from .device import Device
-from .memory import DeviceBuffer, alloc
+from .memory import DeviceBuffer, alloc, trim_pools
 
 __all__ = ["Handle", "HandleCache", "Workspaces"]
+
+# Every live HandleCache and Workspaces, walked when a stream is destroyed.
+_caches: "weakref.WeakSet[HandleCache]" = weakref.WeakSet()
+_workspaces: "weakref.WeakSet[Workspaces]" = weakref.WeakSet()
 
 
 class Handle:
@@ -99,6 +113,7 @@ class HandleCache:
         self._all: list[Handle] = []       # strong references: no GC-time destroy
         self._lock = threading.Lock()
         self._exit_registered = False
+        _caches.add(self)
 
     def get(self, device: Device) -> Handle:
         """The calling thread's handle for ``device``, created on first use."""
@@ -121,6 +136,19 @@ class HandleCache:
 
     def __len__(self) -> int:
         return len(self._all)
+
+    def forget_stream(self, stream: int) -> int:
+        """Unbind every handle (of any thread) bound to raw stream handle ``stream``; the
+        next call on each rebinds it.  Called when that stream is destroyed, since a new
+        stream may get the same handle value.  Returns how many were unbound."""
+        n = 0
+        with self._lock:
+            handles = list(self._all)
+        for h in handles:
+            if h.stream == stream:
+                h.stream = None
+                n += 1
+        return n
 
     def _destroy_all(self) -> None:
         with self._lock:
@@ -147,6 +175,7 @@ class Workspaces:
     def __init__(self):
         self._buffers: dict[tuple[int, int], DeviceBuffer] = {}
         self._lock = threading.Lock()
+        _workspaces.add(self)
 
     def get(self, device: Device, stream: int, nbytes: int) -> DeviceBuffer | None:
         """A buffer of at least ``nbytes`` bytes for stream handle ``stream``.
@@ -167,9 +196,7 @@ class Workspaces:
             if buf is not None and buf.size >= nbytes:
                 return buf
             if buf is not None:
-                from .stream import Stream
-
-                Stream.from_handle(stream, device).sync()
+                _sync_raw(stream, device)
                 buf.close()
             # Round up so that a sequence of slightly growing requests does not reallocate
             # every time.
@@ -193,9 +220,62 @@ class Workspaces:
                 buf.device.synchronize()
                 buf.close()
 
+    def release_stream(self, device: int | None, stream: int) -> int:
+        """Free the buffers of raw stream handle ``stream`` (on device ordinal ``device``, or
+        on every device when None) once the work queued on that stream has run.  Returns the
+        bytes freed."""
+        with self._lock:
+            keys = [k for k in self._buffers
+                    if k[1] == stream and (device is None or k[0] == device)]
+            bufs = [self._buffers.pop(k) for k in keys]
+        freed = 0
+        for buf in bufs:
+            # Buffers come from cuMemAlloc, whose free is not stream-ordered: wait for the
+            # stream's queued work (which may still use the buffer) first.
+            _sync_raw(stream, buf.device)
+            freed += buf.size
+            buf.close()
+        return freed
+
+    def release_all(self) -> int:
+        """Free every buffer (after synchronising its device); returns the bytes freed."""
+        freed = self.total_bytes()
+        self.release()
+        return freed
+
     def total_bytes(self) -> int:
         """Bytes held over all devices and streams."""
         return sum(b.size for b in self._buffers.values())
 
     def __repr__(self) -> str:
         return f"<Workspaces: {len(self._buffers)} buffer(s), {self.total_bytes()} bytes>"
+
+
+def _sync_raw(stream: int, device: Device) -> None:
+    """Wait for the work queued on raw stream handle ``stream`` of ``device``."""
+    L = _lib.get()
+    L.cuCtxSetCurrent(device._ctx)
+    st = L.cuStreamSynchronize(ctypes.cast(ctypes.c_void_p(stream), _lib.CUstream))
+    if st:
+        raise_for(st, "cuStreamSynchronize")
+
+
+def _stream_destroyed(stream: int) -> None:
+    """A stream is about to be destroyed: free its workspaces, unbind the handles bound to it."""
+    for ws in list(_workspaces):
+        ws.release_stream(None, stream)
+    for cache in list(_caches):
+        cache.forget_stream(stream)
+
+
+def _release_workspaces() -> None:
+    for ws in list(_workspaces):
+        ws.release_all()
+
+
+# Before the memory pools' hook: what the workspaces free must not outlive the stream's
+# destroy, and the pools' hook is the last word on the stream's cached blocks.
+_stream_mod.DESTROY_HOOKS.insert(0, _stream_destroyed)
+# Workspaces with the other releases, the pools last (what the frees return is trimmed too).
+_plan.RELEASE_HOOKS.append(_release_workspaces)
+_plan.RELEASE_LAST.append(trim_pools)

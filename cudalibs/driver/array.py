@@ -12,20 +12,18 @@ Every library function of cudalibs accepts a DeviceArray or anything exposing
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import operator
-import threading
 
 import numpy as np
 
 from .. import dtypes as _dtypes
 from ..errors import ClosedError
-from . import _copy, _dlpack, _lib
+from . import _copy, _dlpack, _lib, memory as _memory
 from ._core import raise_for
 from .device import Device, as_device
-from .memory import DeviceBuffer, _check_nbytes
-from .stream import Event, Stream, as_stream, current_stream
+from .memory import DeviceBuffer, _check_nbytes, is_pinned
+from .stream import Stream, as_stream, current_stream, hold_until_done, order_before
 
 __all__ = ["DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
            "full_like", "asarray", "from_dlpack", "coerce"]
@@ -546,7 +544,7 @@ class DeviceArray:
             raise BufferError("DeviceArray does not copy on DLPack export")
         # DLPack: None means the consumer uses the legacy default stream; -1 means no sync.
         if stream != -1:
-            _order_before(current_stream(), 1 if stream is None else stream, self._device)
+            order_before(current_stream(), 1 if stream is None else stream, self._device)
         item = self.itemsize
         for st in self._strides:
             if st % item:
@@ -663,33 +661,13 @@ def _h2d(dst: DeviceArray, dst_ptr: int, host: np.ndarray, s: Stream, blocking: 
                    host.strides, dst._shape, dst.itemsize, s._h)
     # Pageable sources are staged by the driver before the call returns; a pinned source is
     # read asynchronously, so it must live, unchanged, until the copy has run.
-    if _is_pinned(host.ctypes.data):
+    if is_pinned(host.ctypes.data):
         if blocking:
             st = L.cuStreamSynchronize(s._h)
             if st:
                 raise_for(st, "cuStreamSynchronize")
         else:
-            _hold_until_done(host, s, dst._device)
-
-
-def _is_pinned(ptr: int) -> bool:
-    """Whether a host address is page-locked (ours, PyTorch's, CuPy's or registered)."""
-    kind = ctypes.c_uint()
-    st = _lib.get().cuPointerGetAttribute(ctypes.byref(kind),
-                                          _lib.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
-    return st == 0 and kind.value == _lib.CU_MEMORYTYPE_HOST
-
-
-_pending: collections.deque = collections.deque()
-_pending_lock = threading.Lock()
-
-
-def _hold_until_done(obj, s: Stream, device: Device) -> None:
-    """Keep ``obj`` alive until the work queued so far on ``s`` has run."""
-    with _pending_lock:
-        while _pending and _pending[0][0].query():
-            _pending.popleft()
-        _pending.append((Event(device, timing=False).record(s), obj))
+            hold_until_done(host, s, dst._device)
 
 
 def _d2d(dst: DeviceArray, dst_ptr: int, src: DeviceArray, s: Stream) -> None:
@@ -719,27 +697,6 @@ def _d2d(dst: DeviceArray, dst_ptr: int, src: DeviceArray, s: Stream) -> None:
     dst.copy_(src.get(stream=s if s._device in (None, src._device) else None), s)
 
 
-def _order_before(producer: Stream, consumer, device: Device) -> None:
-    """Make the consumer's stream (a raw handle or stream object) wait for the producer's
-    queued work, unless both are the same stream."""
-    if isinstance(consumer, int):
-        cons_handle = 0 if consumer in (0, 1) else consumer
-    else:
-        cons_handle = Stream.from_handle(consumer)._handle
-    if cons_handle == producer._handle:
-        return
-    if producer._handle == 0 and cons_handle == 0:
-        return
-    ev = Event(device, timing=False)
-    ev.record(producer)
-    L = _lib.get()
-    L.cuCtxSetCurrent(device._ctx)
-    h = ctypes.cast(ctypes.c_void_p(cons_handle), _lib.CUstream)
-    st = L.cuStreamWaitEvent(h, ev._h, 0)
-    if st:
-        raise_for(st, "cuStreamWaitEvent")
-
-
 def _is_device_array_like(obj) -> bool:
     return (isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__")
             or (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
@@ -752,6 +709,10 @@ def _dlpack_is_cuda(obj) -> bool:
     except Exception:
         return False
     return kind in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged)
+
+
+# DeviceBuffer.as_array views a buffer through this layer.
+_memory.BUFFER_VIEW.append(DeviceArray.from_buffer)
 
 
 # -- constructors ----------------------------------------------------------------------------
@@ -956,7 +917,7 @@ def _from_cai(obj, cai, what, stream) -> DeviceArray:
             raise ValueError(f"{what}: __cuda_array_interface__ stream 0 is invalid (use 1 for "
                              "the legacy default stream)")
         consumer = as_stream(stream, dev)
-        _order_before(Stream.from_handle(int(producer), dev), consumer._handle or 0, dev)
+        order_before(Stream.from_handle(int(producer), dev), consumer._handle or 0, dev)
     return DeviceArray._view(ptr, shape, strides, dt, dev, None, obj)
 
 

@@ -14,7 +14,7 @@ import ctypes
 import dataclasses
 import threading
 
-from ..errors import CudaError
+from ..errors import CudaError, LibraryNotFoundError
 from . import _lib
 from ._core import init, raise_for
 
@@ -320,11 +320,9 @@ class Device:
         """This device's :class:`~cudalibs.driver.memory.MemoryPool` for stream-ordered
         allocation (created on first use)."""
         if self._pool is None:
-            from .memory import MemoryPool
-
             with Device._lock:
                 if self._pool is None:
-                    self._pool = MemoryPool(self, release_threshold=None)
+                    self._pool = POOL_FACTORY[0](self)
         return self._pool
 
     # -- class-level ------------------------------------------------------------------------
@@ -348,8 +346,6 @@ def _check_ordinal(ordinal) -> int:
 
 def device_count() -> int:
     """Number of visible devices; 0 when there is no driver or no GPU."""
-    from ..errors import LibraryNotFoundError
-
     try:
         L = init()
     except (LibraryNotFoundError, CudaError):
@@ -361,6 +357,10 @@ def device_count() -> int:
 
 
 _ctx_to_device: dict[int, Device] = {}
+
+#: ``[make(device) -> MemoryPool]``: how :attr:`Device.memory_pool` makes the device's pool,
+#: registered by :mod:`cudalibs.driver.memory` (which sits above this module).
+POOL_FACTORY: list = []
 
 
 def current_device() -> Device:

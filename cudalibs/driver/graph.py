@@ -26,10 +26,11 @@ asynchronous launch.
 from __future__ import annotations
 
 import ctypes
-import weakref
+import os
 
-from ..errors import ClosedError, CudaLibsError
-from . import _capture, _lib, module as _module
+from .._ffi import Resource
+from ..errors import CudaLibsError
+from . import _capture, _lib, launch as _launch
 from ._core import raise_for
 from .device import Device, as_device
 from .stream import Stream, as_stream
@@ -58,11 +59,6 @@ _UPDATE_RESULTS = {
 }
 
 
-def _destroy(fn, set_ctx, ctx, handle):
-    set_ctx(ctx)
-    fn(handle)
-
-
 def is_capturing(stream=None) -> bool:
     """Whether ``stream`` (the current stream by default) is capturing into a graph."""
     s = as_stream(stream)
@@ -73,14 +69,14 @@ def is_capturing(stream=None) -> bool:
     return status.value == _lib.CU_STREAM_CAPTURE_STATUS_ACTIVE
 
 
-class Graph:
+class Graph(Resource):
     """A captured CUDA graph (``CUgraph``): a template to :meth:`instantiate`.
 
     Made by :func:`capture`.  Destroyed by :meth:`close`, a ``with`` block or garbage
     collection; executable graphs made from it stay valid after it is closed.
     """
 
-    __slots__ = ("_h", "_device", "_finalizer", "_modules", "_capturing", "__weakref__")
+    __slots__ = ("_h", "_device", "_modules", "_capturing")
 
     def __init__(self):
         raise TypeError("make graphs with cudalibs.graph.capture(stream)")
@@ -90,25 +86,20 @@ class Graph:
         self = object.__new__(cls)
         self._h = None
         self._device = device
-        self._finalizer = None
         self._modules = set()
         self._capturing = True
         return self
 
     def _adopt(self, h) -> None:
-        L = _lib.get()
         self._h = h
         self._capturing = False
-        self._finalizer = weakref.finalize(self, _destroy, L.cuGraphDestroy, L.cuCtxSetCurrent,
-                                           self._device._ctx, h)
-        self._finalizer.atexit = False
+        self._own(_lib.get().cuGraphDestroy, h, ctx=self._device._ctx)
 
     def _check(self):
         if self._capturing:
             raise CudaLibsError("the graph is still being captured: leave the capture block "
                                 "first")
-        if self._finalizer is None or not self._finalizer.alive:
-            raise ClosedError("graph is closed")
+        self._live()
         return self._h
 
     @property
@@ -117,7 +108,8 @@ class Graph:
 
     @property
     def closed(self) -> bool:
-        return not self._capturing and (self._finalizer is None or not self._finalizer.alive)
+        """Whether the graph was closed (or its capture failed); ``False`` while capturing."""
+        return not self._capturing and Resource.closed.fget(self)
 
     @property
     def handle(self) -> int:
@@ -166,8 +158,6 @@ class Graph:
 
     def debug_dot(self, path) -> None:
         """Write the graph in Graphviz DOT form to ``path`` (``cuGraphDebugDotPrint``)."""
-        import os
-
         h = self._check()
         st = _lib.get().cuGraphDebugDotPrint(h, os.fsencode(path), 0)
         if st:
@@ -175,15 +165,11 @@ class Graph:
 
     def close(self) -> None:
         """Destroy the graph (executable graphs made from it remain usable). Idempotent."""
-        if self._finalizer is not None:
-            self._finalizer()
+        Resource.close(self)
         self._modules = set()
 
     def __enter__(self) -> "Graph":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return self   # usable as ``with capture(s) as g:`` result, also while capturing
 
     def __repr__(self) -> str:
         if self._capturing:
@@ -193,10 +179,10 @@ class Graph:
         return f"<Graph on device {self._device.ordinal}: {self.num_nodes} nodes>"
 
 
-class GraphExec:
+class GraphExec(Resource):
     """An executable graph (``CUgraphExec``): :meth:`replay` it on any stream of its device."""
 
-    __slots__ = ("_h", "_device", "_finalizer", "_modules", "__weakref__")
+    __slots__ = ("_h", "_device", "_modules")
 
     def __init__(self):
         raise TypeError("make executable graphs with Graph.instantiate()")
@@ -207,9 +193,7 @@ class GraphExec:
         self = object.__new__(cls)
         self._h = h
         self._device = device
-        self._finalizer = weakref.finalize(self, _destroy, L.cuGraphExecDestroy,
-                                           L.cuCtxSetCurrent, device._ctx, h)
-        self._finalizer.atexit = False
+        self._own(L.cuGraphExecDestroy, h, ctx=device._ctx)
         self._modules = set()
         self._pin(modules)
         return self
@@ -220,17 +204,12 @@ class GraphExec:
         self._modules |= set(modules)
 
     def _check(self):
-        if not self._finalizer.alive:
-            raise ClosedError("executable graph is closed")
+        self._live()
         return self._h
 
     @property
     def device(self) -> Device:
         return self._device
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
 
     @property
     def handle(self) -> int:
@@ -283,16 +262,10 @@ class GraphExec:
 
     def close(self) -> None:
         """Destroy the executable graph. Idempotent."""
-        self._finalizer()
+        Resource.close(self)
         for m in self._modules:
             m._pins.discard(self)
         self._modules = set()
-
-    def __enter__(self) -> "GraphExec":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""
@@ -356,13 +329,13 @@ class capture:
             raise_for(st, "cuStreamBeginCapture_v2")
         self._graph = Graph._empty(dev)
         self._sink = set()
-        _module._capture_sinks.append(self._sink)
+        _launch._capture_sinks.append(self._sink)
         _capture.begin()
         return self._graph
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            _module._capture_sinks.remove(self._sink)
+            _launch._capture_sinks.remove(self._sink)
         except ValueError:
             pass
         g = self._graph

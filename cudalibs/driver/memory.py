@@ -27,11 +27,12 @@ import weakref
 
 import numpy as np
 
+from .._ffi import Resource
 from ..errors import ClosedError, CudaLibsError
-from . import _capture, _lib
-from ._core import raise_for
-from .device import Device, as_device
+from . import _capture, _lib, device as _device_mod
 from . import stream as _stream_mod
+from ._core import init, raise_for
+from .device import Device, as_device
 from .stream import Stream, as_stream
 
 __all__ = ["DeviceBuffer", "HostBuffer", "MemoryPool", "alloc", "alloc_async", "pinned_empty",
@@ -83,7 +84,9 @@ _exiting = [False]
 atexit.register(_exiting.__setitem__, 0, True)
 
 
-def _fire(ref) -> None:
+def _fire(ref, _releases=_releases, _exiting=_exiting) -> None:
+    # The registry and flag are bound as defaults: a buffer collected while the interpreter
+    # tears this module down (its globals already None) must still find them.
     if _releases.pop(id(ref), None) is not None and not _exiting[0]:
         ref._fn(*ref._args)
 
@@ -197,24 +200,24 @@ class _BlockCache:
         return out
 
 
-def _free_cached(cache, stream_handle, free, set_ctx, ctx) -> set:
-    """Free a pool's cached blocks (of one raw stream handle, or all), each on its stream;
-    returns the handles of the streams the frees were queued on."""
+def _free_cached(cache, stream_handle, free) -> set:
+    """Free a pool's cached blocks (of one raw stream handle, or all), each on its stream,
+    with the pool's context current; returns the handles of the streams the frees were
+    queued on."""
     blocks = cache.drain(stream_handle)
     if blocks:
-        set_ctx(ctx)
         for handle, ptr in blocks:
             free(ptr, ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream))
     return {handle for handle, _ in blocks}
 
 
-def _destroy_pool(destroy, free, set_ctx, ctx, h, cache):
+def _destroy_pool(destroy, free, h, cache):
+    """The release of a :class:`MemoryPool` (run by the lifetime base with the pool's context
+    current, deferred while a capture is open)."""
     # Cached blocks are allocations the driver still counts: a pool destroyed with them would
     # keep its memory until the process ends.  Free them first (and refuse new ones).
-    if _capture.defer(_destroy_pool, (destroy, free, set_ctx, ctx, h, cache)):
-        return
     cache.open = False
-    _free_cached(cache, None, free, set_ctx, ctx)
+    _free_cached(cache, None, free)
     destroy(h)
 
 
@@ -328,44 +331,94 @@ class DeviceBuffer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # Byte-level transfers go through a uint8 DeviceArray view, so buffers and arrays share
-    # one copy implementation.
     def as_array(self, shape=None, dtype=np.uint8, strides=None, offset: int = 0):
         """View the bytes as a :class:`~cudalibs.DeviceArray` (the whole buffer as uint8 by
         default); the array keeps the buffer alive."""
-        from .array import DeviceArray
-
         if shape is None:
             shape = ((self._size - offset) // np.dtype(dtype).itemsize,)
-        return DeviceArray.from_buffer(self, shape, dtype, strides, offset)
+        # DeviceArray lives in the layer above, which registers its constructor here.
+        return BUFFER_VIEW[0](self, shape, dtype, strides, offset)
 
     def memset(self, value: int, stream=None) -> "DeviceBuffer":
         """Set every byte to ``value`` (0..255), queued on ``stream``."""
-        self.as_array().fill(value, stream)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"memset takes an int byte value, not {type(value).__name__}")
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset value must be 0..255, not {value}")
+        ptr = self.ptr
+        s = as_stream(stream, self._device)
+        if self._size:
+            L = _lib.get()
+            L.cuCtxSetCurrent(self._device._ctx)
+            st = L.cuMemsetD8Async(ptr, int(value), self._size, s._h)
+            if st:
+                raise_for(st, "cuMemsetD8Async")
         return self
 
     def copy_from(self, src, stream=None) -> "DeviceBuffer":
-        """Copy all bytes from a host object with the buffer protocol, or another buffer or
-        array of the same byte size."""
-        if isinstance(src, DeviceBuffer):
-            src = src.as_array()
-        elif not hasattr(src, "__cuda_array_interface__") and not hasattr(src, "__dlpack__"):
-            src = np.frombuffer(memoryview(src).cast("B"), np.uint8)
-        else:
-            from .array import asarray
+        """Copy all bytes from a host object with the buffer protocol, another buffer, or a
+        C-contiguous device array (``__cuda_array_interface__``) of the same byte size.
 
-            arr = asarray(src)
-            if not arr.is_c_contiguous:
-                raise ValueError("copy_from needs a C-contiguous device array")
-            src = arr.reshape(-1).view(np.uint8)
-        self.as_array().copy_(src, stream)
+        Host sources are read before the call returns (a pinned one is waited for)."""
+        dst = self.ptr
+        s = as_stream(stream, self._device)
+        if isinstance(src, DeviceBuffer):
+            src_ptr, nbytes, src_dev = src.ptr, src._size, src._device
+        elif hasattr(src, "__cuda_array_interface__"):
+            src_ptr, nbytes = _cai_bytes(src.__cuda_array_interface__)
+            src_dev = None
+        else:
+            host = np.frombuffer(memoryview(src).cast("B"), np.uint8)
+            if host.nbytes != self._size:
+                raise ValueError(f"copy_from: the source has {host.nbytes} bytes, the buffer "
+                                 f"{self._size}")
+            if self._size:
+                L = _lib.get()
+                L.cuCtxSetCurrent(self._device._ctx)
+                st = L.cuMemcpyHtoDAsync_v2(dst, host.ctypes.data, self._size, s._h)
+                if st:
+                    raise_for(st, "cuMemcpyHtoDAsync_v2")
+                # A pinned source is read asynchronously; the caller may reuse it on return.
+                if is_pinned(host.ctypes.data):
+                    _sync(s._h)
+            return self
+        if nbytes != self._size:
+            raise ValueError(f"copy_from: the source has {nbytes} bytes, the buffer "
+                             f"{self._size}")
+        if self._size:
+            L = _lib.get()
+            L.cuCtxSetCurrent(self._device._ctx)
+            if src_dev is None or src_dev is self._device:
+                # Unified addressing: the driver finds the source's device from its address.
+                st, fn = L.cuMemcpyDtoDAsync_v2(dst, src_ptr, self._size, s._h), \
+                    "cuMemcpyDtoDAsync_v2"
+            else:
+                st, fn = L.cuMemcpyPeerAsync(dst, self._device._ctx, src_ptr, src_dev._ctx,
+                                             self._size, s._h), "cuMemcpyPeerAsync"
+            if st:
+                raise_for(st, fn)
         return self
 
     def copy_to(self, dst=None, stream=None):
         """Copy all bytes to ``dst`` (a writable host buffer-protocol object, or a new
         ``bytes``-like numpy uint8 array when omitted) and return it."""
-        out = None if dst is None else np.frombuffer(memoryview(dst).cast("B"), np.uint8)
-        return self.as_array().get(out=out, stream=stream)
+        ptr = self.ptr
+        s = as_stream(stream, self._device)
+        out = (np.empty(self._size, np.uint8) if dst is None
+               else np.frombuffer(memoryview(dst).cast("B"), np.uint8))
+        if out.nbytes != self._size:
+            raise ValueError(f"copy_to: the destination has {out.nbytes} bytes, the buffer "
+                             f"{self._size}")
+        if not out.flags.writeable:
+            raise ValueError("copy_to: the destination is read-only")
+        if self._size:
+            L = _lib.get()
+            L.cuCtxSetCurrent(self._device._ctx)
+            st = L.cuMemcpyDtoHAsync_v2(out.ctypes.data, ptr, self._size, s._h)
+            if st:
+                raise_for(st, "cuMemcpyDtoHAsync_v2")
+            _sync(s._h)
+        return out
 
     def __int__(self) -> int:
         return self.ptr
@@ -377,6 +430,49 @@ class DeviceBuffer:
             "owned" if self._finalizer is not None else "borrowed")
         return (f"<DeviceBuffer 0x{self._ptr:x}, {self._size} bytes on device "
                 f"{self._device.ordinal}, {kind}>")
+
+
+#: ``[view(buffer, shape, dtype, strides, offset)]``: what :meth:`DeviceBuffer.as_array`
+#: builds, registered by :mod:`cudalibs.driver.array` (``DeviceArray.from_buffer``), which
+#: imports this module, not the other way round.
+BUFFER_VIEW: list = []
+
+
+def _cai_bytes(cai: dict) -> tuple[int, int]:
+    """``(address, byte size)`` of a C-contiguous ``__cuda_array_interface__``."""
+    try:
+        shape, typestr, data = tuple(cai["shape"]), cai["typestr"], cai["data"]
+    except (KeyError, TypeError):
+        raise TypeError("copy_from: the source's __cuda_array_interface__ lacks shape, "
+                        "typestr or data") from None
+    itemsize = np.dtype(typestr).itemsize
+    strides = cai.get("strides")
+    n = itemsize
+    for dim in shape:
+        n *= dim
+    if strides is not None and n:
+        expect, acc = [], itemsize
+        for dim in reversed(shape):
+            expect.append(acc)
+            acc *= dim
+        if tuple(st for dim, st in zip(shape, strides) if dim > 1) != tuple(
+                st for dim, st in zip(shape, reversed(expect)) if dim > 1):
+            raise ValueError("copy_from needs a C-contiguous device array")
+    return int(data[0] or 0), n
+
+
+def _sync(stream_h) -> None:
+    st = _lib.get().cuStreamSynchronize(stream_h)
+    if st:
+        raise_for(st, "cuStreamSynchronize")
+
+
+def is_pinned(ptr: int) -> bool:
+    """Whether a host address is page-locked (ours, PyTorch's, CuPy's or registered)."""
+    kind = ctypes.c_uint()
+    st = _lib.get().cuPointerGetAttribute(ctypes.byref(kind),
+                                          _lib.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+    return st == 0 and kind.value == _lib.CU_MEMORYTYPE_HOST
 
 
 def alloc(nbytes: int, device=None) -> DeviceBuffer:
@@ -403,7 +499,7 @@ def alloc(nbytes: int, device=None) -> DeviceBuffer:
     return buf
 
 
-class MemoryPool:
+class MemoryPool(Resource):
     """A stream-ordered memory pool (``cuMemPoolCreate``) on one device.
 
     Allocation and free are queued on a stream and served from memory the pool keeps, so
@@ -420,7 +516,7 @@ class MemoryPool:
         Upper bound of the pool's memory (0: no bound).
     """
 
-    __slots__ = ("_h", "_device", "_finalizer", "_cache", "__weakref__")
+    __slots__ = ("_h", "_device", "_cache")
 
     def __init__(self, device=None, *, release_threshold: int | None = None, max_size: int = 0):
         dev = as_device(device)
@@ -438,20 +534,17 @@ class MemoryPool:
         self._h = h
         self._device = dev
         self._cache = _BlockCache()
+        self._own(_destroy_pool, L.cuMemPoolDestroy, L.cuMemFreeAsync, h, self._cache,
+                  ctx=dev._ctx)
         _pools.add(self)
-        self._finalizer = weakref.finalize(self, _destroy_pool, L.cuMemPoolDestroy,
-                                           L.cuMemFreeAsync, L.cuCtxSetCurrent, dev._ctx, h,
-                                           self._cache)
-        self._finalizer.atexit = False
         try:
             self.release_threshold = release_threshold
         except BaseException:
-            self._finalizer()
+            Resource.close(self)
             raise
 
     def _check(self):
-        if not self._finalizer.alive:
-            raise ClosedError("memory pool is closed")
+        self._live()
         return self._h
 
     @property
@@ -531,7 +624,7 @@ class MemoryPool:
         L = _lib.get()
         cache = key = ptr = None
         size = nbytes
-        if nbytes <= CACHE_BLOCK_BYTES and (s._finalizer is not None or s._handle == 0) \
+        if nbytes <= CACHE_BLOCK_BYTES and (s._owned or s._handle == 0) \
                 and not _capture._open[0]:
             cache = self._cache
             size = _size_class(nbytes)
@@ -581,9 +674,11 @@ class MemoryPool:
     def _release(self, stream_handle) -> set:
         """Free the cached blocks (of one raw stream handle, or all); returns the handles of
         the streams the frees were queued on."""
+        if not self._cache.lists:
+            return set()
         L = _lib.get()
-        return _free_cached(self._cache, stream_handle, L.cuMemFreeAsync, L.cuCtxSetCurrent,
-                            self._device._ctx)
+        L.cuCtxSetCurrent(self._device._ctx)
+        return _free_cached(self._cache, stream_handle, L.cuMemFreeAsync)
 
     def close(self) -> None:
         """Destroy the pool.
@@ -593,18 +688,19 @@ class MemoryPool:
         CudaLibsError
             Buffers allocated from the pool are still alive (the pool would free them).
         """
-        if not self._finalizer.alive:
+        if self.closed:
+            return
+        if _capture._open[0]:
+            # No pool query is allowed while a stream captures: the destroy waits for the
+            # block's end, and frees the cached blocks then.
+            Resource.close(self)
             return
         self._release_and_wait()
         used = self.used_bytes
         if used:
             raise CudaLibsError(f"memory pool still has {used} bytes allocated; close those "
                                 "buffers (and synchronize their streams) first")
-        self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
+        Resource.close(self)
 
     def __repr__(self) -> str:
         if self.closed:
@@ -620,11 +716,23 @@ _pools: "weakref.WeakSet[MemoryPool]" = weakref.WeakSet()
 def _stream_destroyed(handle: int) -> None:
     """Before a stream is destroyed, free the blocks cached for it (on it)."""
     for pool in list(_pools):
-        if pool._finalizer.alive:
+        if not pool.closed:
             pool._release(handle)
 
 
+def trim_pools() -> None:
+    """Free every live pool's cached blocks and return its idle memory to the device (run by
+    :func:`cudalibs.release_all`)."""
+    for pool in list(_pools):
+        if not pool.closed:
+            pool.trim()
+
+
+# Runs after the hooks registered before it (library workspaces freed on their streams),
+# since the blocks those frees return are among what it trims.
 _stream_mod.DESTROY_HOOKS.append(_stream_destroyed)
+# The device's own pool is made here, where MemoryPool lives (the device layer sits below).
+_device_mod.POOL_FACTORY.append(lambda dev: MemoryPool(dev, release_threshold=None))
 
 
 def alloc_async(nbytes: int, stream=None, device=None) -> DeviceBuffer:
@@ -674,8 +782,6 @@ class HostBuffer:
 
     def __init__(self, nbytes: int, *, portable: bool = True, write_combined: bool = False):
         nbytes = _check_nbytes(nbytes)
-        from ._core import init
-
         L = init()
         dev = as_device(None)
         L.cuCtxSetCurrent(dev._ctx)

@@ -1,8 +1,11 @@
 """NVRTC: compile CUDA C++ source to PTX or CUBIN at run time.
 
 NVRTC needs neither a GPU nor the driver, so compiling works (and is tested) on a machine
-without one; :func:`compile` then loads the result as a Module, which needs the GPU.  A compile error raises :class:`~cudalibs.errors.NvrtcError` whose
-``detail`` is the full compiler log; a program handle never outlives the call that made it.
+without one: :func:`build` compiles only, and :func:`compile` with an explicit ``arch``
+compiles before it touches the driver, which it needs only to load the result as a Module.
+Arguments are checked before any library is loaded.  A compile error raises
+:class:`~cudalibs.errors.NvrtcError` whose ``detail`` is the full compiler log; a program
+handle never outlives the call that made it.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import warnings
 from typing import Literal, NamedTuple, Sequence
 
 from .. import _ffi
-from ..errors import NvrtcError
+from ..errors import CudaError, LibraryNotFoundError, NvrtcError
+from . import _core, _params
 from . import _nvrtc_lib as _lib
-from . import _params
+from . import device as _device
+from .module import Module, check_ptx_version
 
 __all__ = ["version", "supported_archs", "raise_for", "compile", "build", "Compiled",
            "choose_target", "Target",
@@ -443,6 +448,27 @@ class Compiled(NamedTuple):
     cached: str
 
 
+def _check_arguments(source, name_expressions, options, include_dirs, name, target) -> None:
+    """Raise TypeError / ValueError for arguments no compile can take; loads no library."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, not {type(source).__name__}")
+    for what, seq in (("options", options), ("name_expressions", name_expressions),
+                      ("include_dirs", include_dirs)):
+        if isinstance(seq, (str, bytes)):
+            raise TypeError(f"{what} must be a sequence of str, not a single "
+                            f"{type(seq).__name__}")
+        try:
+            ok = all(isinstance(x, str) for x in seq)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise TypeError(f"{what} must be a sequence of str")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__}")
+    if target not in (None, "ptx", "cubin"):
+        raise ValueError(f"target must be 'ptx', 'cubin' or None, not {target!r}")
+
+
 def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[str] = (),
           arch=(9, 0), include_dirs: Sequence[str] = (), name: str = "kernel.cu",
           cache: bool = True, *, driver_cuda: tuple[int, int] = (99, 0),
@@ -454,14 +480,7 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     between PTX and CUBIN, see :func:`choose_target`); the other parameters are those of
     :func:`compile`.
     """
-    if not isinstance(source, str):
-        raise TypeError(f"source must be a str, not {type(source).__name__}")
-    for what, seq in (("options", options), ("name_expressions", name_expressions),
-                      ("include_dirs", include_dirs)):
-        if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
-            raise TypeError(f"{what} must be a sequence of str")
-    if target not in (None, "ptx", "cubin"):
-        raise ValueError(f"target must be 'ptx', 'cubin' or None, not {target!r}")
+    _check_arguments(source, name_expressions, options, include_dirs, name, target)
     cc = _arch_cc(arch)
     nv = version()
     tgt = choose_target(nv, tuple(driver_cuda), cc, supported_archs())
@@ -538,24 +557,70 @@ def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence
 
     Raises
     ------
+    TypeError, ValueError
+        Arguments no compile can take (``source`` not a str, a malformed ``arch``), raised
+        before any library is loaded.
     NvrtcError
         The source does not compile; ``detail`` holds the full compiler log.
-    """
-    from ..errors import CudaError
-    from ._core import driver_version
-    from .device import as_device
-    from .module import Module, check_ptx_version
+    LibraryNotFoundError
+        ``arch`` is None and there is no NVIDIA driver to ask for the device's architecture.
 
-    dev = as_device(device)
-    driver = driver_version()
-    built = build(source, name_expressions, options,
-                  dev.compute_capability if arch is None else arch, include_dirs, name, cache,
-                  driver_cuda=driver, target=target)
+    Notes
+    -----
+    Only ``arch=None`` asks the driver, for the device's architecture.  With an explicit
+    ``arch`` and no driver, the source compiles with NVRTC alone and the Module loads on first
+    use (a kernel lookup or its handle): its ``kind``, ``kernel_names``, ``ptx_version`` and
+    lowered names are there at once, and compile errors show on a machine without a GPU.
+    """
+    _check_arguments(source, name_expressions, options, include_dirs, name, target)
+    if arch is None:
+        dev = _device.as_device(device)
+        cc = dev.compute_capability
+        driver = _core.driver_version()
+    else:
+        cc = _arch_cc(arch)
+        dev = None
+        try:
+            driver = _core.driver_version()
+        except LibraryNotFoundError:
+            driver = None
+    built = build(source, name_expressions, options, cc, include_dirs, name, cache,
+                  # without a driver, the output a driver as new as this NVRTC would load
+                  driver_cuda=driver if driver is not None else version(), target=target)
+    text = built.ptx.decode("utf-8", errors="replace")
+    entries = _params.parse_entries(text)
+    isa = _params.ptx_version(text) if built.kind == "ptx" else None
+    if driver is None:
+        # Compiled with NVRTC alone; the module loads on first use, once a driver is there.
+        def load():
+            drv = _core.driver_version()     # raises while there is still no driver
+            return _load_built(built, _device.as_device(device), drv, entries, isa, name)
+
+        return Module._deferred(load, built.kind, entries, f"<{name}>", isa, built.lowered)
+    if dev is None:
+        dev = _device.as_device(device)
     if cache:
         with _cache_lock:
             mod = _modules.get((built.key, dev.ordinal))
             if mod is not None and not mod.closed:
                 return mod
+    mod = _load_built(built, dev, driver, entries, isa, name)
+    if cache:
+        with _cache_lock:
+            _modules[(built.key, dev.ordinal)] = mod
+    return mod
+
+
+def _load_built(built, dev, driver, entries, isa, name):
+    """Load a compile's image on ``dev`` (a PTX newer than the driver is refused first)."""
+    if built.kind == "ptx":
+        problem = check_ptx_version(isa, driver)
+        if problem is not None:
+            raise CudaError(222, "cuModuleLoadDataEx", None, problem)
+        return Module._load(built.image + b"\0", "ptx", dev, None, entries, f"<{name}>", isa,
+                            built.lowered)
+    return Module._load(built.image, "cubin", dev, None, entries, f"<{name}>", None,
+                        built.lowered)
     text = built.ptx.decode("utf-8", errors="replace")
     entries = _params.parse_entries(text)
     if built.kind == "ptx":

@@ -33,9 +33,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._ffi import Resource
+from .array import DeviceArray, empty, to_device
+from .stream import Event, as_stream
 
 __all__ = ["Plan", "PlanCache", "KeyKind", "CacheEntry", "cache", "time_candidates",
-           "TuningStore", "tuning_store", "scratch", "release_all", "RELEASE_HOOKS"]
+           "TuningStore", "tuning_store", "scratch", "release_all", "RELEASE_HOOKS",
+           "RELEASE_LAST"]
 
 
 # -- named keys -----------------------------------------------------------------------------
@@ -257,6 +260,9 @@ cache = PlanCache()
 #: Callables run by :func:`release_all`, each freeing what one part of cudalibs holds
 #: (workspaces, descriptor caches, pooled blocks).  Libraries append to it when imported.
 RELEASE_HOOKS: list[Callable[[], None]] = []
+#: Run after every :data:`RELEASE_HOOKS` entry: trimming the memory pools, so that what the
+#: other hooks free is given back to the driver too.
+RELEASE_LAST: list[Callable[[], None]] = []
 
 
 def release_all() -> None:
@@ -267,7 +273,7 @@ def release_all() -> None:
     is waited for where something it may use is freed.
     """
     cache.clear()
-    for hook in list(RELEASE_HOOKS):
+    for hook in list(RELEASE_HOOKS) + list(RELEASE_LAST):
         hook()
 
 
@@ -419,8 +425,6 @@ class Plan(Resource):
             :attr:`candidates`, with ``ms`` for each timed one (``inf`` for one that failed).
         """
         self.plan()
-        from .stream import as_stream
-
         key = self._store_key() if store else None
         st = tuning_store() if key is not None else None
         if st is not None and not force:
@@ -522,9 +526,6 @@ def time_candidates(runs: Sequence[Callable[[], None]], stream, *, rounds: int =
     keep short kernels from being ranked by launch noise.  A candidate that raises gets
     ``inf``.
     """
-    from .array import empty
-    from .stream import Event
-
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     dev = device if device is not None else stream.device
@@ -576,8 +577,6 @@ def time_candidates(runs: Sequence[Callable[[], None]], stream, *, rounds: int =
 def scratch(shape, dtype, device, stream, strides=None, rng=None):
     """A device array of ``shape`` (and byte ``strides``) holding random, non-zero values,
     for timing: zeros can run faster than real data and would flatter a candidate."""
-    from .array import DeviceArray, to_device
-
     dt = np.dtype(dtype)
     rng = np.random.default_rng() if rng is None else rng
     item = dt.itemsize

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 
 import numpy as np
 
 from .. import dtypes as _dtypes
 from .. import ptx as _ptx
+from .module import Module
+from .plan import RELEASE_HOOKS
+from .stream import Stream
 
 __all__ = ["kernel", "launch", "elementwise_grid", "launch_channel_bias_act", "clear_cache",
            "SUFFIX"]
@@ -70,14 +74,6 @@ def clear_cache() -> None:
         _cache.modules.clear()
 
 
-def _module_class():
-    # The module layer is imported on first use only: importing the kernels must not need it
-    # (nor a GPU).
-    from .module import Module
-
-    return Module
-
-
 def kernel(device, name: str):
     """The kernel ``name`` of the shipped library on ``device`` (its file loaded once)."""
     key = (device.ordinal, name)
@@ -88,7 +84,7 @@ def kernel(device, name: str):
     with _cache.lock:
         mod = _cache.modules.get((device.ordinal, stem))
         if mod is None:
-            mod = _module_class().from_ptx(_ptx.read_ptx(stem), device=device)
+            mod = Module.from_ptx(_ptx.read_ptx(stem), device=device)
             _cache.modules[(device.ordinal, stem)] = mod
         k = _cache.kernels.get(key)
         if k is None:
@@ -102,20 +98,28 @@ def launch(device, name: str, grid: tuple, block: tuple, args: tuple, stream,
     key = (device.ordinal, name, grid, block, shared_mem, stream._handle)
     launchers = _cache.launchers()
     entry = launchers.get(key)
-    # A launcher is bound to the Stream object it was prepared with; any live object with the
-    # same handle names the same stream (foreign streams get a new wrapper on every call), but
-    # one that was closed must not be reused, even if the driver recycled its handle.
-    if entry is None or not entry[0]._alive[0]:
+    # An owned stream's launcher is valid only for that very object, still open: the driver may
+    # give a closed stream's handle value to a new one.  The entry refers to the object weakly
+    # and the launcher is bound to a borrowed wrapper of its handle, so the cache never keeps
+    # a stream the user dropped alive.  Default and foreign streams are not ours to destroy:
+    # any wrapper of the handle names the same stream.
+    if entry is None or not (entry[1]._alive[0] and stream._alive[0]) \
+            or (entry[0] is not None and entry[0]() is not stream):
         k = kernel(device, name)
         prepare = getattr(k, "prepare", None)
         if prepare is None:
             k.launch(grid, block, *args, shared_mem=shared_mem, stream=stream)
             return
-        entry = (stream, prepare(grid, block, shared_mem=shared_mem, stream=stream))
+        if stream._owned:
+            ref = weakref.ref(stream)
+            bound = Stream.from_handle(stream._handle, device)
+        else:
+            ref, bound = None, stream
+        entry = (ref, bound, prepare(grid, block, shared_mem=shared_mem, stream=bound))
         launchers[key] = entry
         while len(launchers) > _cache.MAX_LAUNCHERS:
             launchers.popitem(last=False)
-    entry[1](*args)
+    entry[2](*args)
 
 
 def elementwise_grid(device, n: int) -> tuple[tuple, tuple]:
@@ -138,3 +142,7 @@ def launch_channel_bias_act(dev, dtype, y_ptr, z_ptr, alpha2, bias_ptr, n, chann
         launch(dev, f"channel_bias_act_{SUFFIX[np.dtype(dtype)]}", grid, block,
                 (y_ptr, z_ptr, float(alpha2), bias_ptr, n, channels, inner, 1 if relu else 0),
                 stream)
+
+
+# Unloading the kernel library's modules is part of releasing what cudalibs holds.
+RELEASE_HOOKS.append(clear_cache)

@@ -11,46 +11,41 @@ taking ownership, and every :class:`Stream` exposes ``__cuda_stream__``.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import threading
-import weakref
 
+from .._ffi import Resource
 from ..errors import ClosedError
-from . import _capture, _lib
+from . import _lib
 from ._core import raise_for, ready
 from .device import Device, as_device
 
-__all__ = ["Stream", "Event", "current_stream", "default_stream", "as_stream"]
+__all__ = ["Stream", "Event", "current_stream", "default_stream", "as_stream", "order_before",
+           "hold_until_done"]
 
 _tls = threading.local()
 
-#: Called with the raw handle (int) of an owned stream just before it is destroyed; the memory
-#: module frees the blocks it holds for that stream here.
+#: Called with the raw handle (int) of an owned stream just before it is destroyed, with the
+#: stream's context current: per-stream state kept elsewhere (the memory pools' cached blocks,
+#: library workspaces and handle bindings) is released here, stream-ordered where it can be,
+#: so the work already queued on the stream finishes first.
 DESTROY_HOOKS: list = []
 
 
-def _destroy_stream(destroy, set_ctx, ctx, handle, alive):
+def _destroy_stream(destroy, h, raw, alive):
+    """The release of an owned stream (run by the lifetime base, deferred while a capture is
+    open, with the stream's context current)."""
     alive[0] = False
-    if _capture.defer(_destroy_stream, (destroy, set_ctx, ctx, handle, alive)):
-        return
-    raw = ctypes.cast(handle, ctypes.c_void_p).value or 0
     for hook in DESTROY_HOOKS:
         try:
             hook(raw)
         except Exception:   # noqa: BLE001 - the stream must still be destroyed
             pass
-    set_ctx(ctx)
-    destroy(handle)
+    destroy(h)
 
 
-def _destroy_event(destroy, set_ctx, ctx, handle):
-    if _capture.defer(_destroy_event, (destroy, set_ctx, ctx, handle)):
-        return
-    set_ctx(ctx)
-    destroy(handle)
-
-
-class Stream:
+class Stream(Resource):
     """A CUDA stream: an ordered queue of device work.
 
     Parameters
@@ -71,7 +66,7 @@ class Stream:
     :class:`~cudalibs.errors.ClosedError` on use.
     """
 
-    __slots__ = ("_h", "_handle", "_device", "_owner", "_finalizer", "_alive", "__weakref__")
+    __slots__ = ("_h", "_handle", "_device", "_owner", "_alive", "_owned")
 
     def __init__(self, device=None, *, non_blocking: bool = True, priority: int = 0):
         dev = as_device(device)
@@ -86,12 +81,13 @@ class Stream:
         self._handle = ctypes.cast(h, ctypes.c_void_p).value or 0
         self._device = dev
         self._owner = None
-        # Buffers freed on this stream read this cell, so a free after close() falls back to
-        # the legacy stream instead of using a destroyed handle.
+        # The liveness cell of the hot paths (one list index): buffers freed on this stream
+        # read it, so a free after close() falls back to the legacy stream instead of using a
+        # destroyed handle, and launches check it without a property call.
         self._alive = [True]
-        self._finalizer = weakref.finalize(self, _destroy_stream, L.cuStreamDestroy_v2,
-                                           L.cuCtxSetCurrent, dev._ctx, h, self._alive)
-        self._finalizer.atexit = False
+        self._owned = True
+        self._own(_destroy_stream, L.cuStreamDestroy_v2, h, self._handle, self._alive,
+                  ctx=dev._ctx)
 
     @classmethod
     def _wrap(cls, handle: int, device, owner) -> "Stream":
@@ -101,7 +97,8 @@ class Stream:
         self._device = device
         self._owner = owner
         self._alive = [True]
-        self._finalizer = None
+        self._owned = False
+        self._borrow()
         return self
 
     @classmethod
@@ -138,7 +135,7 @@ class Stream:
     def handle(self) -> int:
         """The raw ``CUstream`` value (0 for the legacy default stream)."""
         if not self._alive[0]:
-            raise ClosedError("stream is closed")
+            self._live()
         return self._handle
 
     @property
@@ -149,7 +146,15 @@ class Stream:
 
     @property
     def closed(self) -> bool:
+        """Whether the stream was closed (or, for an owned stream, collected); one list read,
+        cheap enough for every call of a library's hot path."""
         return not self._alive[0]
+
+    @property
+    def owned(self) -> bool:
+        """Whether this object destroys the stream (``False`` for wrapped foreign streams
+        and the default streams)."""
+        return self._owned
 
     @property
     def is_default(self) -> bool:
@@ -157,15 +162,19 @@ class Stream:
         return self._handle in (0, 2)
 
     def close(self) -> None:
-        """Destroy the stream (if owned). Idempotent."""
-        if self._finalizer is not None:
-            self._finalizer()
+        """Destroy the stream (if owned); work already queued still runs. Idempotent.
+
+        Per-stream state (cached memory blocks, library workspaces and handle bindings) is
+        released first.  The stream is unusable at once, also inside a capture block, where
+        the destroy itself waits for the block's end.
+        """
         self._alive[0] = False
         self._owner = None
+        Resource.close(self)
 
     def _check(self):
         if not self._alive[0]:
-            raise ClosedError("stream is closed")
+            raise ClosedError("Stream is closed")
         return self._h
 
     def _activate(self) -> None:
@@ -273,7 +282,7 @@ class Stream:
             what = f"0x{self._handle:x}"
         dev = "" if self._device is None else f" on device {self._device.ordinal}"
         state = " (closed)" if not self._alive[0] else ""
-        owned = "" if self._finalizer is not None or self._handle in (0, 2) else " borrowed"
+        owned = "" if self._owned or self._handle in (0, 2) else " borrowed"
         return f"<Stream{owned} {what}{dev}{state}>"
 
 
@@ -349,14 +358,14 @@ def as_stream(stream, device: Device | None = None) -> Stream:
     else:
         s = Stream.from_handle(stream)
     if not s._alive[0]:
-        raise ClosedError("stream is closed")
+        raise ClosedError("Stream is closed")
     if device is not None and s._device is not None and s._device is not device:
         raise ValueError(f"stream is on device {s._device.ordinal} but the data is on device "
                          f"{device.ordinal}")
     return s
 
 
-class Event:
+class Event(Resource):
     """A marker in a stream, for ordering and timing.
 
     Parameters
@@ -369,7 +378,7 @@ class Event:
         :meth:`sync` yields the CPU instead of spinning.
     """
 
-    __slots__ = ("_h", "_device", "_finalizer", "_recorded", "__weakref__")
+    __slots__ = ("_h", "_device", "_recorded")
 
     def __init__(self, device=None, *, timing: bool = True, blocking: bool = False):
         dev = as_device(device)
@@ -384,13 +393,10 @@ class Event:
         self._h = h
         self._device = dev
         self._recorded = False
-        self._finalizer = weakref.finalize(self, _destroy_event, L.cuEventDestroy_v2,
-                                           L.cuCtxSetCurrent, dev._ctx, h)
-        self._finalizer.atexit = False
+        self._own(L.cuEventDestroy_v2, h, ctx=dev._ctx)
 
     def _check(self):
-        if not self._finalizer.alive:
-            raise ClosedError("event is closed")
+        self._live()
         return self._h
 
     @property
@@ -400,14 +406,6 @@ class Event:
     @property
     def device(self) -> Device:
         return self._device
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        """Destroy the event. Idempotent."""
-        self._finalizer()
 
     def record(self, stream=None) -> "Event":
         """Record the event on ``stream`` (the current stream by default); returns self."""
@@ -461,3 +459,37 @@ class Event:
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("recorded" if self._recorded else "not recorded")
         return f"<Event on device {self._device.ordinal}, {state}>"
+
+
+# -- ordering helpers of the array layer -----------------------------------------------------
+_pending: collections.deque = collections.deque()
+_pending_lock = threading.Lock()
+
+
+def hold_until_done(obj, s: Stream, device: Device) -> None:
+    """Keep ``obj`` alive until the work queued so far on ``s`` has run."""
+    with _pending_lock:
+        while _pending and _pending[0][0].query():
+            _pending.popleft()
+        _pending.append((Event(device, timing=False).record(s), obj))
+
+
+def order_before(producer: Stream, consumer, device: Device) -> None:
+    """Make the consumer's stream (a raw handle or stream object) wait for the producer's
+    queued work, unless both are the same stream."""
+    if isinstance(consumer, int):
+        cons_handle = 0 if consumer in (0, 1) else consumer
+    else:
+        cons_handle = Stream.from_handle(consumer)._handle
+    if cons_handle == producer._handle:
+        return
+    if producer._handle == 0 and cons_handle == 0:
+        return
+    ev = Event(device, timing=False)
+    ev.record(producer)
+    L = _lib.get()
+    L.cuCtxSetCurrent(device._ctx)
+    h = ctypes.cast(ctypes.c_void_p(cons_handle), _lib.CUstream)
+    st = L.cuStreamWaitEvent(h, ev._h, 0)
+    if st:
+        raise_for(st, "cuStreamWaitEvent")

@@ -2,9 +2,11 @@
 
 ``_lib`` holds the raw prototype table of ``libnccl.so.2``; :mod:`cudalibs.nccl._base` turns an
 ``ncclResult_t`` into :class:`~cudalibs.errors.NcclError` carrying ``ncclGetLastError``;
-:mod:`cudalibs.nccl.comm` holds the Pythonic layer: :class:`UniqueId`, :class:`Communicator`
-(created directly, from a ``torch.distributed``-style store, from an mpi4py communicator, or
-for all GPUs of this process with ``init_all``), its collectives, and :func:`group`.
+:mod:`cudalibs.nccl.comm` holds :class:`Communicator` (created directly, from a
+``torch.distributed``-style store, from an mpi4py communicator, or for all GPUs of this
+process with ``init_all``) and its collectives; :mod:`cudalibs.nccl.bootstrap` the
+:class:`UniqueId` and its exchange through a store or MPI; :mod:`cudalibs.nccl.group` the
+:func:`group` block.
 Importing this package loads nothing.
 
 >>> from cudalibs import nccl                                         # doctest: +SKIP
@@ -15,8 +17,10 @@ Importing this package loads nothing.
 >>> nccl.close_all(comms)                                              # doctest: +SKIP
 """
 
-from ._base import unique_id_bytes, version, version_tuple
-from .comm import OPS, Communicator, NcclTimeoutError, UniqueId, close_all, group
+from ._base import NcclTimeoutError, unique_id_bytes, version, version_tuple
+from .bootstrap import UniqueId
+from .comm import OPS, Communicator, close_all
+from .group import group
 
 __all__ = ["version", "version_tuple", "unique_id_bytes", "UniqueId", "Communicator",
            "NcclTimeoutError", "group", "close_all", "OPS"]

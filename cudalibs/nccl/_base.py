@@ -1,4 +1,5 @@
-"""What every NCCL wrapper shares: the status check, the library version, raw unique ids.
+"""What every NCCL wrapper shares: the status check, the library version, raw unique ids,
+the checks of ranks and timeouts.
 
 A failing status raises :class:`~cudalibs.errors.NcclError` with the message of
 ``ncclGetErrorString`` and, as ``detail``, ``ncclGetLastError(NULL)`` -- NCCL's own account of
@@ -8,12 +9,20 @@ the most recent failure (which rank, which socket, which CUDA call).
 from __future__ import annotations
 
 import ctypes
+import time
+
+import numpy as np
 
 from .. import _ffi
 from ..errors import NcclError
 from . import _lib
 
-__all__ = ["raise_for", "version", "version_tuple", "unique_id_bytes", "new_config"]
+__all__ = ["raise_for", "version", "version_tuple", "unique_id_bytes", "new_config",
+           "IN_PROGRESS", "NcclTimeoutError", "comm_last_error", "abort_raw", "poll",
+           "check_int", "check_ranks", "check_timeout"]
+
+#: ``ncclInProgress``: a non-blocking call has not finished yet.
+IN_PROGRESS = 7
 
 
 def _error_string(status: int) -> str:
@@ -108,3 +117,93 @@ def new_config(**fields) -> "_lib.ncclConfig_t":
             raise TypeError(f"ncclConfig_t has no user field {name!r}")
         setattr(cfg, name, value)
     return cfg
+
+
+# -- argument checks shared by the communicator and its bootstrap -----------------------------
+def check_int(value, what: str) -> int:
+    """``value`` as an int, refusing bools and non-integers."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    return int(value)
+
+
+def check_ranks(nranks, rank) -> tuple[int, int]:
+    """``(nranks, rank)`` checked: at least one rank, ``0 <= rank < nranks``."""
+    nranks = check_int(nranks, "nranks")
+    rank = check_int(rank, "rank")
+    if nranks < 1:
+        raise ValueError(f"nranks must be at least 1, got {nranks}")
+    if not 0 <= rank < nranks:
+        raise ValueError(f"rank {rank} is out of range for {nranks} rank(s)")
+    return nranks, rank
+
+
+def check_timeout(timeout, blocking: bool):
+    """A positive number of seconds, or None; only a non-blocking communicator has one."""
+    if timeout is None:
+        return None
+    if blocking:
+        raise ValueError("timeout needs blocking=False: a blocking NCCL call cannot be "
+                         "interrupted")
+    timeout = float(timeout)
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    return timeout
+
+
+# -- non-blocking calls --------------------------------------------------------------------
+class NcclTimeoutError(NcclError, TimeoutError):
+    """An NCCL operation did not finish within the communicator's timeout.
+
+    The communicator has been aborted (``ncclCommAbort``) by the time this is raised, so the
+    process can go on.  ``status`` is ``ncclInProgress``; ``detail`` holds ``ncclGetLastError``.
+    """
+
+
+def comm_last_error(raw) -> str:
+    """``ncclGetLastError`` of the communicator ``raw``; empty if even that fails."""
+    try:
+        text = _lib.get().ncclGetLastError(raw)
+    except Exception:  # noqa: BLE001 - only decorates an error already being raised
+        return ""
+    return text.decode(errors="replace").strip() if text else ""
+
+
+def abort_raw(raw) -> None:
+    """``ncclCommAbort(raw)``, ignoring its failure (the last resort after another error)."""
+    try:
+        _lib.get().ncclCommAbort(raw)
+    except Exception:  # noqa: BLE001 - aborting is the last resort; report the first error
+        pass
+
+
+def poll(raw, timeout, function: str) -> None:
+    """Wait until the communicator ``raw`` has no operation in progress.
+
+    On an asynchronous error or past ``timeout`` seconds the communicator is aborted (NCCL
+    leaves it unusable after an asynchronous error) and the error raised.
+    """
+    L = _lib.get()
+    state = ctypes.c_int()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 1e-5
+    while True:
+        st = L.ncclCommGetAsyncError(raw, ctypes.byref(state))
+        if st:
+            detail = comm_last_error(raw)
+            abort_raw(raw)
+            raise_for(st, "ncclCommGetAsyncError", detail)
+        if state.value == 0:
+            return
+        if state.value != IN_PROGRESS:
+            detail = comm_last_error(raw)
+            abort_raw(raw)
+            raise_for(state.value, function, detail)
+        if deadline is not None and time.monotonic() >= deadline:
+            detail = comm_last_error(raw)
+            abort_raw(raw)
+            raise NcclTimeoutError(IN_PROGRESS, function,
+                                   f"not finished after {timeout:g} s; the communicator was "
+                                   "aborted", detail or None)
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)  # short first waits keep small collectives fast

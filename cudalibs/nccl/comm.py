@@ -1,51 +1,60 @@
-"""NCCL communicators, collectives and group calls.
+"""NCCL communicators and their collectives.
 
 Design
 ------
-* :class:`UniqueId` is the 128-byte name of one communicator: rank 0 makes it, every other
-  rank receives it over a channel the program already has (an MPI broadcast, a
-  ``torch.distributed`` store); nothing here opens a rendezvous of its own.
 * :class:`Communicator` owns one ``ncclComm_t``.  Its lifetime is explicit: ``close()``
-  (``ncclCommFinalize`` + ``ncclCommDestroy``) or ``abort()`` (``ncclCommAbort``).  The
-  ``weakref.finalize`` hook only *warns* about a communicator nobody closed: destroying one
-  waits for its peers, and the garbage collector may run in any thread at any moment, where a
-  blocking collective teardown could deadlock the program.
+  (``ncclCommFinalize`` + ``ncclCommDestroy``) or ``abort()`` (``ncclCommAbort``).  Its
+  finalizer (the :class:`~cudalibs._ffi.Resource` one, so it shares the capture deferral and
+  the interpreter-exit rule of every handle owner) only *warns* about a communicator nobody
+  closed: destroying one waits for its peers, and the garbage collector may run in any thread
+  at any moment, where a blocking collective teardown could deadlock the program.
+* How the ranks agree on the communicator's :class:`~cudalibs.nccl.UniqueId` (a store, MPI)
+  is :mod:`cudalibs.nccl.bootstrap`; group calls are :mod:`cudalibs.nccl.group`.
 * Non-blocking mode (``blocking=False``) makes every NCCL call return at once; cudalibs then
   polls ``ncclCommGetAsyncError`` until the call has finished, and past ``timeout`` seconds
   aborts the communicator and raises :class:`NcclTimeoutError`, so a peer that died or never
   arrived ends in an exception instead of a hung process.
 * Collectives take :class:`~cudalibs.DeviceArray` or any ``__cuda_array_interface__`` /
-  DLPack array, C-contiguous only (NCCL addresses memory as one flat run of elements), on the
-  communicator's device.  Every argument is checked before NCCL is called.  ``out=None``
-  allocates the result stream-ordered; ``out=x`` with ``x`` the input runs in place.
-* :func:`group` brackets ``ncclGroupStart`` / ``ncclGroupEnd``; one thread driving several
-  GPUs (:meth:`Communicator.init_all`) issues each collective on every communicator inside
-  one group.
+  DLPack array, through the driver's one operand path: C-contiguous only (NCCL addresses
+  memory as one flat run of elements), on the communicator's device.  Every argument is
+  checked before NCCL is called.  ``out=None`` allocates the result stream-ordered;
+  ``out=x`` with ``x`` the input runs in place.
+* Nothing is kept per stream: a collective passes its stream's handle to NCCL and keeps no
+  reference to it, so a stream made per request can be closed right after its work.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
-import threading
 import time
 import warnings
-import weakref
 
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..driver.array import DeviceArray, asarray, empty, spans_overlap
-from ..driver.device import Device, as_device, device_count
+from .._ffi import Resource
+from ..driver.array import DeviceArray, empty, spans_overlap
+from ..driver.device import Device, as_device
+from ..driver.operand import operand
 from ..driver.stream import as_stream
 from ..errors import ClosedError, CudaLibsError, NcclError
-from . import _base, _lib
-from ._base import raise_for
+from . import _base, _lib, bootstrap
+from ._base import IN_PROGRESS as _IN_PROGRESS
+from ._base import NcclTimeoutError, raise_for
+from ._base import abort_raw as _abort_raw
+from ._base import check_int as _check_int
+from ._base import check_ranks as _check_ranks
+from ._base import check_timeout as _check_timeout
+from ._base import comm_last_error as _last_error
+from ._base import poll as _poll
+from .bootstrap import UniqueId
+from .group import group
+from .group import in_group as _in_group
+from .group import make_clique as _make_clique
+from .group import state as _gstate
 
 __all__ = ["UniqueId", "Communicator", "NcclTimeoutError", "group", "close_all", "OPS"]
 
-_IN_PROGRESS = 7  # ncclInProgress
 
 #: Reduction operators by name (``ncclRedOp_t``).
 OPS = {"sum": _lib.ncclSum, "prod": _lib.ncclProd, "max": _lib.ncclMax, "min": _lib.ncclMin,
@@ -58,14 +67,6 @@ _AVG_SINCE = (2, 10, 0)
 _FP8_SINCE = (2, 24, 0)
 
 
-class NcclTimeoutError(NcclError, TimeoutError):
-    """An NCCL operation did not finish within the communicator's timeout.
-
-    The communicator has been aborted (``ncclCommAbort``) by the time this is raised, so the
-    process can go on.  ``status`` is ``ncclInProgress``; ``detail`` holds ``ncclGetLastError``.
-    """
-
-
 # ---------------------------------------------------------------------------- library helpers
 _version_cache: list = []
 
@@ -76,259 +77,13 @@ def _version() -> tuple[int, int, int]:
     return _version_cache[0]
 
 
-def _last_error(raw) -> str:
-    try:
-        text = _lib.get().ncclGetLastError(raw)
-    except Exception:  # noqa: BLE001 - only decorates an error already being raised
-        return ""
-    return text.decode(errors="replace").strip() if text else ""
-
-
-def _abort_raw(raw) -> None:
-    try:
-        _lib.get().ncclCommAbort(raw)
-    except Exception:  # noqa: BLE001 - aborting is the last resort; report the first error
-        pass
-
-
-def _poll(raw, timeout, function: str) -> None:
-    """Wait until the communicator ``raw`` has no operation in progress.
-
-    On an asynchronous error or past ``timeout`` seconds the communicator is aborted (NCCL
-    leaves it unusable after an asynchronous error) and the error raised.
-    """
-    L = _lib.get()
-    state = ctypes.c_int()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 1e-5
-    while True:
-        st = L.ncclCommGetAsyncError(raw, ctypes.byref(state))
-        if st:
-            detail = _last_error(raw)
-            _abort_raw(raw)
-            raise_for(st, "ncclCommGetAsyncError", detail)
-        if state.value == 0:
-            return
-        if state.value != _IN_PROGRESS:
-            detail = _last_error(raw)
-            _abort_raw(raw)
-            raise_for(state.value, function, detail)
-        if deadline is not None and time.monotonic() >= deadline:
-            detail = _last_error(raw)
-            _abort_raw(raw)
-            raise NcclTimeoutError(_IN_PROGRESS, function,
-                                   f"not finished after {timeout:g} s; the communicator was "
-                                   "aborted", detail or None)
-        time.sleep(delay)
-        delay = min(delay * 2, 1e-3)  # short first waits keep small collectives fast
-
-
 def _warn_unclosed(text: str) -> None:
     warnings.warn(f"{text} was never closed: call close() or abort() (the garbage collector "
                   "does not destroy communicators, since ncclCommDestroy waits for the peers)",
                   ResourceWarning, stacklevel=2)
 
 
-# ---------------------------------------------------------------------------- group calls
-_tls = threading.local()
-
-
-class _GroupState:
-    __slots__ = ("depth", "comms", "after", "created")
-
-    def __init__(self):
-        self.depth = 0
-        self.comms: dict[int, "Communicator"] = {}  # to poll at the end (non-blocking)
-        self.after: list = []                        # to run after a successful end
-        self.created: list = []                      # communicators created in the group
-
-
-def _gstate() -> _GroupState:
-    g = getattr(_tls, "group", None)
-    if g is None:
-        g = _tls.group = _GroupState()
-    return g
-
-
-class group:
-    """``with nccl.group():`` -- fuse the NCCL calls of the block into one operation.
-
-    Needed whenever one thread issues the same collective on several communicators (one per
-    GPU, from :meth:`Communicator.init_all`) -- each call would otherwise wait for the others
-    -- and for send/recv pairs that must progress together.  Also aggregates several
-    collectives of one communicator into one launch.  Groups nest; the outermost one runs
-    ``ncclGroupEnd``.
-
-    If the block raises, the calls already queued are still launched at its end (NCCL
-    cannot withdraw them); abort the communicators involved when their peers will not issue
-    the matching calls.
-
-    Inside a group NCCL only queues work: results are on the streams after the block, and
-    communicators created inside it (:meth:`Communicator.split`, a constructor) are usable
-    after it.  In non-blocking mode the end of the block waits (with each communicator's
-    timeout) for every communicator used inside it.
-
-    Examples
-    --------
-    >>> comms = nccl.Communicator.init_all([0, 1])          # doctest: +SKIP
-    >>> with nccl.group():                                   # doctest: +SKIP
-    ...     for c, x in zip(comms, xs):
-    ...         c.all_reduce(x, out=x)
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> "group":
-        g = _gstate()
-        st = _lib.get().ncclGroupStart()
-        if st:
-            raise_for(st, "ncclGroupStart")
-        g.depth += 1
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        g = _gstate()
-        g.depth -= 1
-        # ncclGroupEnd runs even when the block raised: NCCL's group state is per thread and
-        # would otherwise swallow every later call of this thread.
-        st = _lib.get().ncclGroupEnd()
-        if g.depth:
-            if st and st != _IN_PROGRESS and exc_type is None:
-                raise_for(st, "ncclGroupEnd")
-            return
-        comms, after, created = list(g.comms.values()), g.after, g.created
-        g.comms, g.after, g.created = {}, [], []
-        _make_clique(created)
-        if st and st != _IN_PROGRESS:
-            if exc_type is None:
-                raise_for(st, "ncclGroupEnd")
-            return
-        first = None
-        for c in comms:
-            if not c._blocking and c._state != "aborted":
-                try:
-                    c._wait("ncclGroupEnd")
-                except NcclError as e:
-                    first = first or e
-        if first is not None:
-            if exc_type is None:
-                raise first
-            return
-        for fn in after:
-            fn()
-
-    def __repr__(self) -> str:
-        return f"<nccl.group, depth {_gstate().depth}>"
-
-
-def _make_clique(comms) -> None:
-    """Mark ``comms`` as ranks of one communicator driven by this thread (see close())."""
-    if len(comms) > 1:
-        for c in comms:
-            c._clique = True
-
-
-def _in_group() -> bool:
-    g = getattr(_tls, "group", None)
-    return g is not None and g.depth > 0
-
-
-# ---------------------------------------------------------------------------- UniqueId
-class UniqueId:
-    """The name of one communicator (``ncclUniqueId``): 128 opaque bytes.
-
-    ``UniqueId()`` makes a new one (``ncclGetUniqueId``; no GPU needed, but NCCL opens a
-    bootstrap socket on the interface ``NCCL_SOCKET_IFNAME`` selects).  Send ``.bytes`` (or
-    the pickled object) to every other rank.
-
-    Parameters
-    ----------
-    data : bytes-like, optional
-        An existing id's 128 bytes; a new id is made when omitted.
-
-    Raises
-    ------
-    ValueError
-        ``data`` is not exactly 128 bytes.
-    TypeError
-        ``data`` is not bytes-like.
-    """
-
-    __slots__ = ("_bytes",)
-
-    def __init__(self, data=None):
-        if data is None:
-            self._bytes = _base.unique_id_bytes()
-            return
-        if isinstance(data, UniqueId):
-            self._bytes = data._bytes
-            return
-        if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"a unique id is {_lib.NCCL_UNIQUE_ID_BYTES} bytes, not "
-                            f"{type(data).__name__}")
-        data = bytes(data)
-        if len(data) != _lib.NCCL_UNIQUE_ID_BYTES:
-            raise ValueError(f"a unique id is {_lib.NCCL_UNIQUE_ID_BYTES} bytes, got "
-                             f"{len(data)}")
-        self._bytes = data
-
-    @classmethod
-    def from_bytes(cls, data) -> "UniqueId":
-        """The id whose raw bytes are ``data`` (as returned by :attr:`bytes`)."""
-        return cls(data)
-
-    @property
-    def bytes(self) -> bytes:
-        """The raw 128 bytes."""
-        return self._bytes
-
-    def _struct(self) -> "_lib.ncclUniqueId":
-        return _lib.ncclUniqueId.from_buffer_copy(self._bytes)
-
-    def __reduce__(self):
-        return (UniqueId.from_bytes, (self._bytes,))
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, UniqueId) and other._bytes == self._bytes
-
-    def __hash__(self) -> int:
-        return hash(self._bytes)
-
-    def __repr__(self) -> str:
-        import hashlib
-
-        return f"<nccl.UniqueId {hashlib.sha1(self._bytes).hexdigest()[:12]}>"
-
-
 # ---------------------------------------------------------------------------- validation
-def _check_int(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    return int(value)
-
-
-def _check_ranks(nranks, rank) -> tuple[int, int]:
-    nranks = _check_int(nranks, "nranks")
-    rank = _check_int(rank, "rank")
-    if nranks < 1:
-        raise ValueError(f"nranks must be at least 1, got {nranks}")
-    if not 0 <= rank < nranks:
-        raise ValueError(f"rank {rank} is out of range for {nranks} rank(s)")
-    return nranks, rank
-
-
-def _check_timeout(timeout, blocking: bool):
-    if timeout is None:
-        return None
-    if blocking:
-        raise ValueError("timeout needs blocking=False: a blocking NCCL call cannot be "
-                         "interrupted")
-    timeout = float(timeout)
-    if not timeout > 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    return timeout
-
-
 def _op_code(op, dtype) -> int:
     if isinstance(op, str):
         code = OPS.get(op.lower())
@@ -372,24 +127,8 @@ def _nccl_type(dtype: np.dtype, device) -> int:
     return row.nccl
 
 
-def _local_rank_from_env():
-    for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-                "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"):
-        value = os.environ.get(var)
-        if value is not None and value.strip().isdigit():
-            return int(value)
-    return None
-
-
-def _default_device(local_rank: int) -> Device:
-    n = device_count()
-    if n == 0:
-        raise CudaLibsError("no CUDA device is visible")
-    return Device(local_rank % n)
-
-
 # ---------------------------------------------------------------------------- Communicator
-class Communicator:
+class Communicator(Resource):
     """One rank of an NCCL communicator, bound to one GPU.
 
     Parameters
@@ -427,8 +166,9 @@ class Communicator:
     on :attr:`device`.
     """
 
+    # The finalizer and the weak-reference slot come from Resource.
     __slots__ = ("_comm", "_handle", "_rank", "_size", "_device", "_blocking", "_timeout",
-                 "_state", "_finalizer", "_scratch", "_clique", "__weakref__")
+                 "_state", "_scratch", "_clique")
 
     def __init__(self, nranks: int, rank: int, uid, device=None, *, blocking: bool = True,
                  timeout: float | None = None):
@@ -461,10 +201,9 @@ class Communicator:
         self._state = "pending"
         self._scratch = None
         self._clique = False
-        text = f"NCCL communicator 0x{self._handle:x}"
-        self._finalizer = weakref.finalize(self, _warn_unclosed, text)
-        # At interpreter exit the process is ending anyway; a warning then helps nobody.
-        self._finalizer.atexit = False
+        # The one lifetime base, with a "free" that only warns: no destroy from the garbage
+        # collector (see the module's notes); nothing at interpreter exit either.
+        self._own(_warn_unclosed, f"NCCL communicator 0x{self._handle:x}")
 
     @classmethod
     def _from_raw(cls, raw, blocking: bool, timeout, device=None) -> "Communicator":
@@ -496,7 +235,7 @@ class Communicator:
             st = getattr(L, fn)(raw, ctypes.byref(v))
             if st:
                 self._state = "aborted"
-                self._finalizer.detach()
+                self._detach()
                 _abort_raw(raw)
                 raise_for(st, fn)
             out.append(v.value)
@@ -580,69 +319,10 @@ class Communicator:
             raise
         return comms
 
-    @classmethod
-    def from_store(cls, store, rank: int, world_size: int, device=None, *,
-                   key: str = "cudalibs/nccl/uid", blocking: bool = True,
-                   timeout: float | None = None) -> "Communicator":
-        """Create this rank's communicator, exchanging the id through a key-value store.
-
-        Rank 0 makes a :class:`UniqueId` and ``store.set(key, id_bytes)``; every other rank
-        ``store.get(key)`` (which waits for the key).  Any object with those two methods
-        works: ``torch.distributed.TCPStore`` / ``FileStore`` (under ``torchrun``), a Redis
-        client.  Use a fresh ``key`` for each communicator made through the same store.
-
-        Parameters
-        ----------
-        store : object with ``set(key, bytes)`` and ``get(key) -> bytes``
-        rank, world_size : int
-        device : Device or int, optional
-            Default: ``LOCAL_RANK`` (or the MPI launchers' local-rank variables) modulo the
-            number of visible GPUs when set, else ``rank`` modulo that number.
-        key : str
-        blocking, timeout
-            As for :class:`Communicator`.
-        """
-        world_size, rank = _check_ranks(world_size, rank)
-        timeout = _check_timeout(timeout, bool(blocking))
-        if not (callable(getattr(store, "set", None)) and callable(getattr(store, "get", None))):
-            raise TypeError(f"store must have set() and get() methods; {type(store).__name__} "
-                            "has not")
-        if rank == 0:
-            uid = UniqueId()
-            store.set(key, uid.bytes)
-        else:
-            uid = UniqueId(bytes(store.get(key)))
-        if device is None:
-            local = _local_rank_from_env()
-            device = _default_device(rank if local is None else local)
-        return cls(world_size, rank, uid, device, blocking=blocking, timeout=timeout)
-
-    @classmethod
-    def from_mpi(cls, mpi_comm, device=None, *, blocking: bool = True,
-                 timeout: float | None = None) -> "Communicator":
-        """Create a communicator spanning the ranks of an mpi4py communicator.
-
-        Rank 0 of ``mpi_comm`` makes the :class:`UniqueId` and ``mpi_comm.bcast`` sends it to
-        the others; works under ``mpirun`` / ``srun`` across nodes.  mpi4py is not imported
-        here: any object with ``Get_rank``, ``Get_size`` and ``bcast`` serves.
-
-        Parameters
-        ----------
-        mpi_comm : mpi4py.MPI.Comm
-        device : Device or int, optional
-            Default: the rank's index among the ranks on its node (``Split_type`` with
-            ``COMM_TYPE_SHARED`` where available, else the launcher's local-rank variable,
-            else the global rank), modulo the number of visible GPUs.
-        blocking, timeout
-            As for :class:`Communicator`.
-        """
-        timeout = _check_timeout(timeout, bool(blocking))
-        rank, size = int(mpi_comm.Get_rank()), int(mpi_comm.Get_size())
-        data = mpi_comm.bcast(UniqueId().bytes if rank == 0 else None, root=0)
-        uid = UniqueId(data)
-        if device is None:
-            device = _default_device(_mpi_local_rank(mpi_comm, rank))
-        return cls(size, rank, uid, device, blocking=blocking, timeout=timeout)
+    # The bootstrap (the unique-id exchange and the choice of this rank's GPU) lives in
+    # cudalibs.nccl.bootstrap; these are its entry points as constructors.
+    from_store = classmethod(bootstrap.from_store)
+    from_mpi = classmethod(bootstrap.from_mpi)
 
     # -- state -----------------------------------------------------------------------------------
     def _ready(self):
@@ -660,7 +340,7 @@ class Communicator:
         except NcclError:
             # _poll aborted the communicator
             self._state = "aborted"
-            self._finalizer.detach()
+            self._detach()
             raise
 
     def _done(self, st: int, function: str) -> None:
@@ -767,7 +447,7 @@ class Communicator:
         """
         if self._state in ("closed", "aborted"):
             return
-        self._finalizer.detach()
+        self._detach()
         self._free_scratch()
         L = _lib.get()
         raw = self._comm
@@ -818,7 +498,7 @@ class Communicator:
         """
         if self._state in ("closed", "aborted"):
             return
-        self._finalizer.detach()
+        self._detach()
         self._free_scratch()
         self._state = "aborted"
         st = _lib.get().ncclCommAbort(self._comm)
@@ -958,26 +638,18 @@ class Communicator:
             delay = min(delay * 2, 1e-3)
 
     # -- buffers ---------------------------------------------------------------------------------
-    def _buf(self, x, what: str, s) -> DeviceArray:
-        arr = x if type(x) is DeviceArray else asarray(x, stream=s)
-        arr._check()
-        if arr._device is not self._device:
-            raise ValueError(f"{what} is on device {arr._device.ordinal}, but the communicator "
-                             f"is on device {self._device.ordinal}")
-        if not arr.is_c_contiguous:
-            raise ValueError(f"{what} must be C-contiguous (NCCL reads one flat run of "
-                             f"elements); got shape {arr.shape}, strides {arr.strides}: "
-                             "copy it first")
-        return arr
+    def _buf(self, x, what: str, s, op: str) -> DeviceArray:
+        # NCCL addresses a buffer as one flat run of elements: C-contiguous only.
+        return operand(x, what, op, device=self._device, contiguous=True, stream=s)
 
-    def _out(self, out, shape, dtype, count: int, s, what: str = "out") -> DeviceArray:
+    def _out(self, out, shape, dtype, count: int, s, op: str) -> DeviceArray:
         if out is None:
             return empty(shape, dtype, device=self._device, stream=s)
-        o = self._buf(out, what, s)
+        o = self._buf(out, "out", s, op)
         if o._dtype != dtype:
-            raise TypeError(f"{what} has dtype {o._dtype}, expected {dtype}")
+            raise TypeError(f"{op}: out has dtype {o._dtype}, expected {dtype}")
         if o.size != count:
-            raise ValueError(f"{what} has {o.size} elements (shape {o.shape}), expected "
+            raise ValueError(f"{op}: out has {o.size} elements (shape {o._shape}), expected "
                              f"{count}")
         return o
 
@@ -1009,11 +681,11 @@ class Communicator:
         """
         raw = self._ready()
         s = as_stream(stream, self._device)
-        a = self._buf(send, "send", s)
+        a = self._buf(send, "send", s, "all_reduce")
         t = _nccl_type(a._dtype, self._device)
         code = _op_code(op, a._dtype)
         n = a.size
-        o = self._out(out, a._shape, a._dtype, n, s)
+        o = self._out(out, a._shape, a._dtype, n, s, "all_reduce")
         sp, rp = a._ptr, o._ptr
         if sp != rp and spans_overlap(sp, (0, a.nbytes), rp, (0, o.nbytes)):
             raise ValueError("send and out overlap without being the same memory")
@@ -1049,11 +721,11 @@ class Communicator:
                 raise ValueError("the root rank must pass send")
             if out is None:
                 raise ValueError("pass send or out: the result's shape is unknown")
-            o = self._buf(out, "out", s)
+            o = self._buf(out, "out", s, "broadcast")
             a = o
         else:
-            a = self._buf(send, "send", s)
-            o = self._out(out, a._shape, a._dtype, a.size, s)
+            a = self._buf(send, "send", s, "broadcast")
+            o = self._out(out, a._shape, a._dtype, a.size, s, "broadcast")
         t = _nccl_type(o._dtype, self._device)
         sp, rp = a._ptr, o._ptr
         if sp != rp and spans_overlap(sp, (0, a.nbytes), rp, (0, o.nbytes)):
@@ -1076,12 +748,12 @@ class Communicator:
         raw = self._ready()
         root = self._peer(root, "root")
         s = as_stream(stream, self._device)
-        a = self._buf(send, "send", s)
+        a = self._buf(send, "send", s, "reduce")
         t = _nccl_type(a._dtype, self._device)
         code = _op_code(op, a._dtype)
         n = a.size
         is_root = root == self._rank
-        o = self._out(out, a._shape, a._dtype, n, s) if (is_root or out is not None) else None
+        o = self._out(out, a._shape, a._dtype, n, s, "reduce") if (is_root or out is not None) else None
         # Non-root ranks never write recvbuff; NCCL still wants a valid pointer there.
         rp = o._ptr if o is not None else a._ptr
         sp = a._ptr
@@ -1111,11 +783,11 @@ class Communicator:
         """
         raw = self._ready()
         s = as_stream(stream, self._device)
-        a = self._buf(send, "send", s)
+        a = self._buf(send, "send", s, "all_gather")
         t = _nccl_type(a._dtype, self._device)
         n, size = a.size, self._size
         shape = (size * a._shape[0],) + a._shape[1:] if a._shape else (size,)
-        o = self._out(out, shape, a._dtype, size * n, s)
+        o = self._out(out, shape, a._dtype, size * n, s, "all_gather")
         sp, rp = a._ptr, o._ptr
         if sp != rp + self._rank * a.nbytes and spans_overlap(sp, (0, a.nbytes),
                                                                rp, (0, o.nbytes)):
@@ -1146,7 +818,7 @@ class Communicator:
         """
         raw = self._ready()
         s = as_stream(stream, self._device)
-        a = self._buf(send, "send", s)
+        a = self._buf(send, "send", s, "reduce_scatter")
         t = _nccl_type(a._dtype, self._device)
         code = _op_code(op, a._dtype)
         size = self._size
@@ -1157,7 +829,7 @@ class Communicator:
             shape = (a._shape[0] // size,) + a._shape[1:]
         else:
             shape = (k,)
-        o = self._out(out, shape, a._dtype, k, s)
+        o = self._out(out, shape, a._dtype, k, s, "reduce_scatter")
         sp, rp = a._ptr, o._ptr
         if rp != sp + self._rank * o.nbytes and spans_overlap(sp, (0, a.nbytes),
                                                                rp, (0, o.nbytes)):
@@ -1175,7 +847,7 @@ class Communicator:
         raw = self._ready()
         p = self._peer(peer)
         s = as_stream(stream, self._device)
-        a = self._buf(x, "x", s)
+        a = self._buf(x, "x", s, "send")
         t = _nccl_type(a._dtype, self._device)
         if a.size:
             st = _lib.get().ncclSend(a._ptr, a.size, t, p, raw, s._h)
@@ -1187,7 +859,7 @@ class Communicator:
         raw = self._ready()
         p = self._peer(peer)
         s = as_stream(stream, self._device)
-        o = self._buf(out, "out", s)
+        o = self._buf(out, "out", s, "recv")
         t = _nccl_type(o._dtype, self._device)
         if o.size:
             st = _lib.get().ncclRecv(o._ptr, o.size, t, p, raw, s._h)
@@ -1212,12 +884,12 @@ class Communicator:
         """
         raw = self._ready()
         s = as_stream(stream, self._device)
-        a = self._buf(send, "send", s)
+        a = self._buf(send, "send", s, "all_to_all")
         t = _nccl_type(a._dtype, self._device)
         size = self._size
         if a.size % size:
             raise ValueError(f"send has {a.size} elements, not a multiple of the {size} ranks")
-        o = self._out(out, a._shape, a._dtype, a.size, s)
+        o = self._out(out, a._shape, a._dtype, a.size, s, "all_to_all")
         if spans_overlap(a._ptr, (0, a.nbytes), o._ptr, (0, o.nbytes)):
             raise ValueError("all_to_all cannot run in place: out must not overlap send")
         k = a.size // size
@@ -1299,18 +971,3 @@ def close_all(comms) -> None:
         for c in comms:
             c.close()
 
-
-def _mpi_local_rank(mpi_comm, rank: int) -> int:
-    split = getattr(mpi_comm, "Split_type", None)
-    mod = sys.modules.get(type(mpi_comm).__module__)
-    shared = getattr(mod, "COMM_TYPE_SHARED", None)
-    if callable(split) and shared is not None:
-        node = split(shared, key=rank)
-        try:
-            return int(node.Get_rank())
-        finally:
-            free = getattr(node, "Free", None)
-            if callable(free):
-                free()
-    local = _local_rank_from_env()
-    return rank if local is None else local

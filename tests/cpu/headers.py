@@ -11,7 +11,8 @@ detailed processing record on, so macros are visible), once per header per proce
 * :attr:`Header.macros`      -- object-like macros, name -> token text;
   :attr:`Header.macro_values` name -> integer value where the text evaluates to one;
 * :attr:`Header.structs`     -- struct/union definitions, tag -> (size, [(field, offset, type)]),
-  anonymous members flattened into their parent with absolute byte offsets.
+  anonymous members flattened into their parent with absolute byte offsets; a typedef name
+  (``ncclConfig_t``) finds the record it names.
 
 Any diagnostic of severity error or fatal raises :class:`HeaderParseError`: a header that did
 not parse cleanly would make every comparison below meaningless.
@@ -22,6 +23,15 @@ signedness, enum, float, record of a size, array, void), which is what the C ABI
 :func:`check_proto`, :func:`check_struct` and :func:`check_enum` return lists of human-readable
 problems (empty when all is well), so the tests stay declarative and the self-tests can show that
 a wrong row *is* reported.
+
+The bindings target one ABI, and the wheels a user installs may carry newer headers.  The checks
+therefore tell a newer header from a wrong binding: a struct member a later header carved out of
+reserved bytes, or added as another alternative of a union, leaves every byte we write where the
+library reads it, and passes; a member appended after our struct passes only for a struct the
+library sizes by its own ``size``/``version`` members (``grows=True``), because everywhere else
+(embedded, in an array, passed by value, written by the library) a larger header struct means
+the library and we disagree on where things are.  A status or enum constant the header adds is
+not an error (:func:`missing_statuses` lists them); a name we carry whose value differs is.
 """
 
 from __future__ import annotations
@@ -41,7 +51,8 @@ __all__ = [
     "HeaderParseError", "Header", "HeaderSet", "Field", "StructDef",
     "include_dirs", "builtin_include_dir", "parse", "load",
     "c_kind", "ctypes_kind", "kinds_match", "describe", "c_signature",
-    "check_proto", "check_struct", "check_enum", "check_status",
+    "check_proto", "check_struct", "check_enum", "check_status", "missing_statuses",
+    "parse_source",
 ]
 
 # Libraries cuda.pathfinder knows, in the order their include folders go on the search path.
@@ -202,6 +213,7 @@ class Header:
         self.structs: dict[str, StructDef] = {}
         self.bitfields: dict[str, dict[str, tuple[int, int]]] = {}
         self._record_cursors: dict[str, ci.Cursor] = {}
+        self._typedef_records: dict[str, str] = {}
         self._scan()
 
     # -- collection ---------------------------------------------------------------------------
@@ -222,6 +234,8 @@ class Header:
                     self._enum_decls.setdefault(cur.spelling, decl)
                 elif under.kind == ci.TypeKind.RECORD:
                     self._add_record(decl)
+                    if decl.spelling.isidentifier():
+                        self._typedef_records.setdefault(cur.spelling, decl.spelling)
             elif kind == _K.MACRO_DEFINITION:
                 self._add_macro(cur)
 
@@ -253,7 +267,12 @@ class Header:
 
     # -- structs -------------------------------------------------------------------------------
     def struct(self, tag: str) -> StructDef:
-        """Layout of ``struct tag`` (or union), anonymous members flattened."""
+        """Layout of ``struct tag`` (or union), anonymous members flattened.
+
+        ``tag`` may also be a typedef name: NCCL versions its tags (``struct ncclConfig_v22800``
+        became ``ncclConfig_v23100``) while ``ncclConfig_t`` always names the current one.
+        """
+        tag = self.resolve(tag)
         if tag not in self.structs:
             cur = self._record_cursors.get(tag)
             if cur is None:
@@ -276,6 +295,19 @@ class Header:
             if f.is_bitfield():
                 bits[f.spelling] = (off, f.get_bitfield_width())
             out.append(Field(f.spelling, off // 8, ftype))
+
+    def resolve(self, tag: str) -> str:
+        """The record tag ``tag`` names: itself, or the tag of the record a typedef names."""
+        if tag not in self._record_cursors:
+            return self._typedef_records.get(tag, tag)
+        return tag
+
+    def field_extent(self, tag: str, field: Field) -> tuple[int, int]:
+        """``(first byte, end byte)`` of a member of ``struct tag`` (bitfields rounded out)."""
+        bits = self.bitfields.get(self.resolve(tag), {}).get(field.name)
+        if bits is not None:
+            return bits[0] // 8, (bits[0] + bits[1] + 7) // 8
+        return field.offset, field.offset + max(field.type.get_size(), 1)
 
     def record_tag(self, ctype: ci.Type) -> str | None:
         """The tag of a record type, when it is one this header defines by name."""
@@ -414,11 +446,33 @@ def parse(header: str) -> Header:
     return Header(header, tu, args)
 
 
+@functools.lru_cache(maxsize=None)
+def parse_source(name: str, text: str) -> Header:
+    """Parse C source ``text`` (declarations, no vendor headers needed) as a :class:`Header`.
+
+    For the checker's own tests: a small, hand-written "older" and "newer" header shows what
+    each comparison accepts and refuses, independent of what the installed wheels declare.
+    """
+    args = ["-x", "c", "-std=c11", "-isystem", builtin_include_dir()]
+    src = f"cudalibs_probe_{name.replace('.', '_')}.c"
+    tu = _index().parse(src, args, unsaved_files=[(src, text)],
+                        options=ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
+    bad = [d for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
+    if bad:
+        raise HeaderParseError(f"{len(bad)} error(s) parsing {name}:\n"
+                               + "\n".join(f"  {d}" for d in bad[:20]))
+    return Header(name, tu, args)
+
+
 class HeaderSet:
-    """Several parsed headers seen as one (the first header that declares a name wins)."""
+    """Several parsed headers seen as one (the first header that declares a name wins).
+
+    Each item of ``headers`` is a header name (parsed with :func:`parse`) or a parsed
+    :class:`Header`.
+    """
 
     def __init__(self, headers):
-        self.headers = tuple(parse(h) for h in headers)
+        self.headers = tuple(h if isinstance(h, Header) else parse(h) for h in headers)
         self.names = tuple(h.name for h in self.headers)
 
     def _first(self, attr, name):
@@ -662,10 +716,51 @@ def _ctypes_fields(cls, base: int = 0, out=None):
     return out
 
 
-def check_struct(cls, tag: str, hs: HeaderSet, _seen=None) -> list[str]:
-    """Compare a ctypes Structure with ``struct tag``: size, and every member by name.
+# Byte arrays with these names are reserved space: ctypes zero-fills a new Structure, we never
+# write them, and a later header may carve new members (which then read 0, their default) out
+# of them.
+_PADDING_PREFIXES = ("reserved", "pad")
 
-    Nested records are compared recursively, so a by-value member struct is checked too.
+
+def _is_padding(name: str, typ) -> bool:
+    return (name.lower().startswith(_PADDING_PREFIXES) and isinstance(typ, type)
+            and issubclass(typ, ctypes.Array) and ctypes.sizeof(typ._type_) == 1)
+
+
+def _extent(off: int, typ, bits) -> tuple[int, int]:
+    if bits is not None:
+        return bits[0] // 8, (bits[0] + bits[1] + 7) // 8
+    return off, off + ctypes.sizeof(typ)
+
+
+def _covered(start: int, end: int, ranges) -> bool:
+    """Whether every byte of ``[start, end)`` lies in one of ``ranges``."""
+    pos = start
+    for a, b in sorted(ranges):
+        if a <= pos < b:
+            pos = b
+        if pos >= end:
+            return True
+    return pos >= end
+
+
+def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, _seen=None) -> list[str]:
+    """Compare a ctypes Structure with ``struct tag``: every member we declare, and the size.
+
+    Each member of ``cls`` must be in the header under its name, at the same offset, of the
+    same kind; nested records are compared recursively (they are embedded, so exactly).
+    Reserved/pad byte arrays are ours to zero, not names to match.  A header member ``cls``
+    does not declare passes only where the layout stays compatible:
+
+    * inside bytes ``cls`` already accounts for: carved out of reserved bytes, or another
+      alternative of a union beside a member we declare (``CUmemLocation.localized`` beside
+      ``id``, CUDA 13.5);
+    * after the end of ``cls``, and only with ``grows=True``: a versioned, append-only struct
+      that the library reads through a pointer and sizes by its own ``size``/``version``
+      members (``ncclConfig_t``), where an older layout is a prefix of the newer one.
+
+    Without ``grows`` the sizes must be equal: a struct that is embedded, sits in an array,
+    crosses by value or is written by the library must be exactly the header's.
     """
     _seen = set() if _seen is None else _seen
     if (cls, tag) in _seen:
@@ -677,14 +772,29 @@ def check_struct(cls, tag: str, hs: HeaderSet, _seen=None) -> list[str]:
         return [str(exc.args[0])]
     problems: list[str] = []
     name = f"{cls.__name__} (struct {tag})"
-    if ctypes.sizeof(cls) != cdef.size:
-        problems.append(f"{name}: sizeof is {ctypes.sizeof(cls)} in ctypes, {cdef.size} in C")
+    size = ctypes.sizeof(cls)
+    if size > cdef.size or (size < cdef.size and not grows):
+        problems.append(f"{name}: sizeof is {size} in ctypes, {cdef.size} in C")
     mine = _ctypes_fields(cls)
     theirs = {f.name: f for f in cdef.fields}
-    cbits = header.bitfields.get(tag, {})
-    for fname in [f.name for f in cdef.fields if f.name not in mine]:
-        problems.append(f"{name}: C member {fname} is missing from _fields_")
+    cbits = header.bitfields.get(header.resolve(tag), {})
+    padding = [_extent(off, typ, bits) for f, (off, typ, bits) in mine.items()
+               if _is_padding(f, typ)]
+    # Our members where the header has them too: bytes a union alternative may share.
+    declared = [_extent(off, typ, bits) for f, (off, typ, bits) in mine.items()
+                if not _is_padding(f, typ) and f in theirs and theirs[f].offset == off]
+    for cf in cdef.fields:
+        if cf.name in mine and not _is_padding(cf.name, mine[cf.name][1]):
+            continue
+        start, end = header.field_extent(tag, cf)
+        if _covered(start, end, padding + declared):
+            continue  # carved from our reserved bytes, or a union alternative: compatible
+        if grows and start >= size:
+            continue  # appended by a later version of a struct that carries its size
+        problems.append(f"{name}: C member {cf.name} is missing from _fields_")
     for fname, (off, typ, bits) in mine.items():
+        if _is_padding(fname, typ):
+            continue
         cf = theirs.get(fname)
         if cf is None:
             problems.append(f"{name}: _fields_ has {fname}, which struct {tag} does not")
@@ -704,28 +814,41 @@ def check_struct(cls, tag: str, hs: HeaderSet, _seen=None) -> list[str]:
             # a by-value member struct: compare its members too, so the report says which
             sub = header.record_tag(cf.type)
             if sub is not None:
-                problems += check_struct(typ, sub, hs, _seen)
+                problems += check_struct(typ, sub, hs, _seen=_seen)
     return problems
 
 
-def check_status(ours: dict[int, str], theirs: dict[str, int],
-                 deprecated=frozenset()) -> list[str]:
-    """Compare a status table ``value -> name`` with the header's status enum.
-
-    The same set of values both ways, and each value under the header's name for it.  Where the
-    header has several names for one value (cuDNN 9 keeps deprecated aliases such as
-    ``CUDNN_STATUS_ALLOC_FAILED = CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED``), the table
-    must use the current, non-deprecated one -- the name a user will find in the docs.
-    """
+def _status_names_by_value(theirs: dict[str, int], sentinels) -> dict[int, list[str]]:
     by_value: dict[int, list[str]] = {}
     for name, value in theirs.items():
-        by_value.setdefault(value, []).append(name)
+        if name not in sentinels:
+            by_value.setdefault(value, []).append(name)
+    return by_value
+
+
+def check_status(ours: dict[int, str], theirs: dict[str, int], deprecated=frozenset(),
+                 sentinels=frozenset()) -> list[str]:
+    """Compare a status table ``value -> name`` with the header's status enum.
+
+    Each status we carry that the header has must be under the header's name for it.  Where the
+    header has several names for one value (cuDNN 9 keeps deprecated aliases such as
+    ``CUDNN_STATUS_ALLOC_FAILED = CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED``), the table
+    must use the current, non-deprecated one -- the name a user will find in the docs.  A status
+    we carry that the header lacks altogether is one a newer library returns (an older header
+    is fine); but a name the header gives another value is wrong.  ``sentinels`` are constants
+    of the enum that are no status (``ncclNumResults``, the count).  Statuses the header has and
+    we lack are no error here: see :func:`missing_statuses`.
+    """
+    by_value = _status_names_by_value(theirs, sentinels)
     problems = []
     for value, name in sorted(ours.items()):
+        if name in sentinels:
+            problems.append(f"{value} {name}: not a status, the enum's count")
+            continue
         names = by_value.get(value)
         if names is None:
-            problems.append(f"{value} {name}: the header has no status {value}"
-                            + (f" (it says {name} = {theirs[name]})" if name in theirs else ""))
+            if name in theirs:
+                problems.append(f"{value} {name}: the header says {name} = {theirs[name]}")
             continue
         current = [n for n in names if n not in deprecated] or names
         if name not in names:
@@ -733,9 +856,18 @@ def check_status(ours: dict[int, str], theirs: dict[str, int],
         elif name not in current:
             problems.append(f"{value} {name}: deprecated alias in the header; its current name "
                             f"is {' / '.join(current)}")
-    for value in sorted(set(by_value) - set(ours)):
-        problems.append(f"{value} {' / '.join(by_value[value])}: in the header, missing here")
     return problems
+
+
+def missing_statuses(ours: dict[int, str], theirs: dict[str, int],
+                     sentinels=frozenset()) -> list[str]:
+    """Statuses of the header that the table ``value -> name`` lacks, as ``"value NAME"``.
+
+    A library newer than the binding adds statuses; an error carrying one still works (its
+    name reads "unknown ... status"), so this is news for the table, not a failure.
+    """
+    by_value = _status_names_by_value(theirs, sentinels)
+    return [f"{value} {' / '.join(by_value[value])}" for value in sorted(set(by_value) - set(ours))]
 
 
 def check_enum(ours: dict[str, int], theirs: dict[str, int], *, exact: bool,

@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 import cudalibs
 from cudalibs import cublas
 from cudalibs import dtypes as _dtypes
-from cudalibs.cublas import _lib, lt
+from cudalibs.cublas import _common, _lib, lt, lt_desc
 from cudalibs.driver.array import DeviceArray
 from cudalibs.driver.device import Device
 
@@ -284,38 +284,38 @@ def test_preference_round_trip():
 # -- dtypes, scalars, epilogues -------------------------------------------------------------------
 def test_combos():
     f32 = np.dtype(np.float32)
-    assert gemm_mod._combo(f32, None, "tf32").compute == _dtypes.COMPUTE["COMPUTE_32F_FAST_TF32"]
-    c = gemm_mod._combo(np.dtype(np.float16), None, "f16")
+    assert _common.combo(f32, None, "tf32").compute == _dtypes.COMPUTE["COMPUTE_32F_FAST_TF32"]
+    c = _common.combo(np.dtype(np.float16), None, "f16")
     assert c.compute == _dtypes.COMPUTE["COMPUTE_16F"] and c.scale == np.float16
-    c = gemm_mod._combo(np.dtype(np.int8), None, None)
+    c = _common.combo(np.dtype(np.int8), None, None)
     assert c.c == np.int32 and c.compute == _dtypes.COMPUTE["COMPUTE_32I"]
-    assert gemm_mod._combo(_dtypes.bfloat16, None, None).scale == np.float32
+    assert _common.combo(_dtypes.bfloat16, None, None).scale == np.float32
     with pytest.raises(ValueError, match="supported:.*int8 -> int32"):
-        gemm_mod._combo(np.dtype(np.int32), None, None)
+        _common.combo(np.dtype(np.int32), None, None)
     with pytest.raises(ValueError, match="compute='tf32'"):
-        gemm_mod._combo(np.dtype(np.float64), None, "tf32")
+        _common.combo(np.dtype(np.float64), None, "tf32")
 
 
 def test_scalars():
-    assert gemm_mod._scalar(2.5, np.dtype(np.float32), "alpha").value == 2.5
-    h = gemm_mod._scalar(1.5, np.dtype(np.float16), "alpha")
+    assert _common.scalar(2.5, np.dtype(np.float32), "alpha").value == 2.5
+    h = _common.scalar(1.5, np.dtype(np.float16), "alpha")
     assert np.array(h.value, np.uint16).view(np.float16) == 1.5
-    z = gemm_mod._scalar(1 + 2j, np.dtype(np.complex64), "alpha")
+    z = _common.scalar(1 + 2j, np.dtype(np.complex64), "alpha")
     assert (z[0], z[1]) == (1.0, 2.0)
-    assert gemm_mod._scalar(3, np.dtype(np.int32), "alpha").value == 3
+    assert _common.scalar(3, np.dtype(np.int32), "alpha").value == 3
     for bad in (math.inf, math.nan, -math.inf):
         with pytest.raises(ValueError, match="finite"):
-            gemm_mod._scalar(bad, np.dtype(np.float32), "alpha")
+            _common.scalar(bad, np.dtype(np.float32), "alpha")
     with pytest.raises(ValueError, match="finite"):
-        gemm_mod._scalar(complex(1, math.nan), np.dtype(np.complex128), "beta")
+        _common.scalar(complex(1, math.nan), np.dtype(np.complex128), "beta")
     with pytest.raises(TypeError):
-        gemm_mod._scalar(1j, np.dtype(np.float32), "alpha")
+        _common.scalar(1j, np.dtype(np.float32), "alpha")
     with pytest.raises(ValueError, match="int32"):
-        gemm_mod._scalar(0.5, np.dtype(np.int32), "alpha")
+        _common.scalar(0.5, np.dtype(np.int32), "alpha")
     with pytest.raises(ValueError, match="overflows"):
-        gemm_mod._scalar(1e6, np.dtype(np.float16), "alpha")
+        _common.scalar(1e6, np.dtype(np.float16), "alpha")
     with pytest.raises(TypeError):
-        gemm_mod._scalar("1", np.dtype(np.float32), "alpha")
+        _common.scalar("1", np.dtype(np.float32), "alpha")
 
 
 @pytest.mark.parametrize("name, value", [
@@ -326,12 +326,12 @@ def test_scalars():
     ("dgelu_bgrad", _lib.CUBLASLT_EPILOGUE_DGELU_BGRAD), (None, _lib.CUBLASLT_EPILOGUE_DEFAULT),
 ])
 def test_epilogue_names(name, value):
-    assert lt._epilogue(name).value == value
+    assert lt_desc.epilogue(name).value == value
 
 
 def test_epilogue_unknown():
     with pytest.raises(ValueError, match="known"):
-        lt._epilogue("swish")
+        lt_desc.epilogue("swish")
 
 
 def test_gemm_algos():
@@ -366,7 +366,7 @@ def _no_library_calls(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a library call was reached before validation failed")
 
-    monkeypatch.setattr(gemm_mod, "cublas_handle", boom)
+    monkeypatch.setattr(gemm_mod, "thread_handle", boom)
     monkeypatch.setattr(gemm_mod, "empty", boom)
     yield
     gemm_mod.clear_algo_cache()
@@ -477,3 +477,38 @@ def test_lt_fp8_needs_new_devices():
     with pytest.raises(ValueError, match="multiples of 16"):
         cublas.Matmul(((16, 24), _dtypes.float8_e4m3fn), ((24, 16), _dtypes.float8_e4m3fn,
                       (1, 24)), device=new)
+
+
+def test_host_numpy_gets_the_operand_path_message():
+    host = np.ones((4, 4), np.float32)
+    for call in (lambda: cublas.gemm(host, _arr((4, 4))),
+                 lambda: cublas.matmul(_arr((4, 4)), host),
+                 lambda: cublas.Matmul(host, ((4, 4), np.float32), device=DEV0)):
+        with pytest.raises(TypeError, match=r"host numpy array; copy it to the GPU first "
+                                            r"with cudalibs.to_device\(\)"):
+            call()
+
+
+def test_epilogue_repr_is_informative():
+    r = repr(cublas.EPILOGUES["gelu_bias"])
+    assert "gelu_bias" in r and "bias" in r and "object at" not in r
+    assert "writes the ReLU mask" in repr(cublas.EPILOGUES["relu_aux"])
+    assert "reads the GELU input" in repr(cublas.EPILOGUES["dgelu"])
+
+
+def test_cublas_modules_import_no_private_helpers_of_each_other():
+    import ast
+    import pathlib
+
+    allowed = {"_common", "_lib", "_base", "handle"}
+    root = pathlib.Path(cudalibs.__file__).parent / "cublas"
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                if node.module in allowed:
+                    continue
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from .{node.module}"
+            if isinstance(node, ast.ImportFrom) and node.module and "testing" in node.module:
+                raise AssertionError(f"{path.name} imports {node.module}")

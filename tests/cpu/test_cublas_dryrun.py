@@ -15,6 +15,7 @@ import importlib
 import numpy as np
 import pytest
 
+import cudalibs
 from cudalibs import cublas
 from cudalibs import dtypes as _dtypes
 from cudalibs.cublas import _lib, handle as handle_mod
@@ -22,6 +23,7 @@ from cudalibs.driver import _lib as drv_lib
 from cudalibs.driver._handles import Handle
 from cudalibs.driver.array import DeviceArray
 from cudalibs.driver.device import Device
+from cudalibs.driver.plan import cache as plan_cache
 
 gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
 lt_mod = importlib.import_module("cudalibs.cublas.lt")
@@ -99,6 +101,7 @@ class _FakeLt:
             results[i].state = 0
             results[i].workspaceSize = 1024 * i
             results[i].wavesCount = 1.0
+            results[i].algo.data[0] = 0x100 + i     # distinct algorithms, distinct ids
         count._obj.value = n
         return 0
 
@@ -128,12 +131,16 @@ def fakes(monkeypatch):
     monkeypatch.setattr(drv_lib, "get", lambda: _FakeDriver())
     h = Handle(_lib.cublasHandle_t(), dev, None)
     h.stream = 0
-    monkeypatch.setattr(handle_mod._cublas_handles._local, "handles", {0: h}, raising=False)
-    monkeypatch.setattr(lt_mod, "lt_handle", lambda d: _lib.cublasLtHandle_t())
-    monkeypatch.setattr(lt_mod, "workspace", lambda d, s: 0x5000_0000)
+    monkeypatch.setattr(handle_mod._tls, "cublas", {dev: h}, raising=False)
+    for mod in (lt_mod, gemm_mod):
+        monkeypatch.setattr(mod, "lt_handle", lambda d: _lib.cublasLtHandle_t())
+        monkeypatch.setattr(mod, "workspace", lambda d, s: 0x5000_0000)
+    # These tests check what reaches cublasGemmEx; the cuBLASLt route has its own test.
+    old = cublas.set_gemm_backend("cublas")
     gemm_mod.clear_algo_cache()
     lt_mod.clear_plan_cache()
     yield dev, blas, lt
+    cublas.set_gemm_backend(old)
     gemm_mod.clear_algo_cache()
     lt_mod.clear_plan_cache()
 
@@ -189,7 +196,8 @@ def test_gemm_reuses_plan(fakes):
     for _ in range(3):
         cublas.gemm(a, b, out)
     assert len(blas.cublasGemmEx.calls) == 3
-    assert sum(1 for p in gemm_mod._plans.values() if p.args.m == 8) == 1
+    entries = [e for e in plan_cache.entries("gemm") if e.key["a_shape"] == (8, 8)]
+    assert len(entries) == 1 and entries[0].key["out_strides"] == out.strides
 
 
 def test_gemm_int8_and_complex(fakes):
@@ -226,7 +234,7 @@ def test_strided_batched_broadcast(fakes):
 
 def test_stream_change_rebinds_handle_and_workspace(fakes, monkeypatch):
     dev, blas, _ = fakes
-    h = handle_mod._cublas_handles._local.handles[0]
+    h = handle_mod._tls.cublas[dev]
     h._set_stream = lambda raw, s: blas.cublasSetStream_v2(raw, s)
     monkeypatch.setattr(handle_mod, "workspace", lambda d, s: 0x6000_0000 + s)
     from cudalibs.driver.stream import Stream
@@ -247,7 +255,13 @@ def test_lt_plan_and_execute(fakes):
     a, b = _arr(dev, (6, 4)), _arr(dev, (5, 4)).T      # b = w.T, column-major
     bias = _arr(dev, (5,))
     plan = cublas.Matmul(a, b, epilogue="bias_gelu")
+    assert lt.heuristic_calls == 0 and plan.choice == -1     # construct does not plan
+    assert "not planned" in repr(plan)
+    assert plan.plan() is plan and plan.plan() is plan       # idempotent
     assert lt.heuristic_calls == 1 and len(plan.candidates) == 3
+    ids = [c["id"] for c in plan.candidates]
+    assert len(set(ids)) == 3 and all(isinstance(i, str) for i in ids)
+    assert "gelu_bias" in repr(plan) and "[1/3]" in repr(plan)
     desc = plan._desc
     assert desc.get("transa") == T_ and desc.get("transb") == N_
     assert desc.get("epilogue") == _lib.CUBLASLT_EPILOGUE_GELU_BIAS
@@ -266,7 +280,8 @@ def test_lt_plan_and_execute(fakes):
     plan.execute(a, b, out=out, bias=bias)
     assert len(lt.cublasLtMatmul.calls) == 2
     plan.free()
-    with pytest.raises(Exception, match="freed"):
+    assert plan.closed and "closed" in repr(plan)
+    with pytest.raises(cudalibs.ClosedError, match="Matmul is closed"):
         plan.execute(a, b, out=out, bias=bias)
 
 
@@ -325,3 +340,68 @@ def test_lt_execute_validates(fakes):
     with pytest.raises(ValueError, match="same memory"):
         plan.execute(a, b, out=_arr(dev, (8, 8), ptr=a.ptr), bias=_arr(dev, (8,)))
     plan.free()
+
+
+def test_gemm_lt_route_uses_the_prepared_algorithm(fakes):
+    dev, blas, lt = fakes
+    cublas.set_gemm_backend("auto")
+    a, b, out = _arr(dev, (6, 4)), _arr(dev, (4, 5)), _arr(dev, (6, 5))
+    for _ in range(3):
+        assert cublas.gemm(a, b, out) is out
+    assert lt.heuristic_calls == 1 and blas.cublasGemmEx.calls == []
+    assert len(lt.cublasLtMatmul.calls) == 3
+    call = lt.cublasLtMatmul.calls[-1]
+    assert (call[3], call[5], call[8], call[10]) == (b.ptr, a.ptr, out.ptr, out.ptr)
+    # a 4-byte aligned view goes through cublasGemmEx; so does an explicit algorithm
+    cublas.gemm(_arr(dev, (6, 4), ptr=(1 << 41) + 4), b, out)
+    cublas.gemm(a, b, out, algo=0)
+    assert len(blas.cublasGemmEx.calls) == 2
+    cublas.set_gemm_backend("cublas")
+    cublas.gemm(a, b, out)
+    assert len(blas.cublasGemmEx.calls) == 3 and len(lt.cublasLtMatmul.calls) == 3
+
+
+def test_gemm_keys_are_named(fakes):
+    dev, _, _ = fakes
+    a, b, out = _arr(dev, (6, 4)), _arr(dev, (4, 5)), _arr(dev, (6, 5))
+    cublas.gemm(a, b, out, compute="tf32")
+    (e,) = plan_cache.entries("gemm")
+    assert e.key["a_shape"] == (6, 4) and e.key["out_strides"] == out.strides
+    assert e.key["compute"] == "tf32" and e.key["device"] is dev and e.key["align"] is None
+    assert isinstance(e.plan, cublas.GemmPlan) and "m=5 n=6 k=4" in repr(e.plan)
+    cublas.matmul(a, b, out=out, epilogue="relu")
+    (m,) = plan_cache.entries("cublaslt_matmul")
+    assert m.key["epilogue"] == "relu" and m.key["a_align"] == 256
+
+
+def test_shared_plan_bias_pointer_is_per_call(fakes):
+    """Threads sharing one bias plan: each enqueue sees its own bias pointer (the write to
+    the shared descriptor and the enqueue are one step)."""
+    import threading
+
+    dev, _, lt = fakes
+    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
+    plan = cublas.Matmul(a, b, epilogue="bias").plan()
+    seen = []
+    real = lt.cublasLtMatmul
+
+    def record(*args):
+        seen.append((args[10].value, plan._desc.get("bias_pointer")))
+        return real(*args)
+
+    lt.cublasLtMatmul = record
+    outs = [_arr(dev, (8, 8)) for _ in range(8)]
+    biases = {o.ptr: _arr(dev, (8,)) for o in outs}
+
+    def work(o):
+        for _ in range(50):
+            plan.execute(a, b, out=o, bias=biases[o.ptr])
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 400
+    assert all(bias == biases[d].ptr for d, bias in seen)
+    plan.close()

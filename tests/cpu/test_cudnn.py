@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudalibs import dtypes
-from cudalibs.cudnn import _lib, conv, descriptors as D
+from cudalibs.cudnn import _lib, conv, conv_legacy, conv_plan, descriptors as D
 from cudalibs.cudnn import conv_output_shape, pooling_output_shape
 from cudalibs.driver.array import DeviceArray
 from cudalibs.errors import ClosedError, CudaLibsError
@@ -22,7 +22,7 @@ from cudalibs.errors import ClosedError, CudaLibsError
 def _forget_fake_devices():
     """Tests here key plans by stand-in devices; never let one leak into a later GPU test."""
     yield
-    conv._arch_of.clear()
+    conv_plan._env_of.clear()
 
 
 # -- descriptors -------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def test_conv_output_dims_by_library_match_formula(case):
     wd = D.filter_descriptor(dt, ws, cl)
     cd = D.convolution_descriptor(pad, stride, dil, groups, _lib.CUDNN_DATA_FLOAT,
                                   _lib.CUDNN_DEFAULT_MATH)
-    got = conv._library_output_dims(cd, xd, wd, len(xs))
+    got = conv_plan.library_output_dims(cd, xd, wd, len(xs))
     assert got == conv_output_shape(xs, ws, stride=stride, padding=pad, dilation=dil,
                                     groups=groups)
 
@@ -214,6 +214,7 @@ class _FakeDevice:
 
 class _Arr:
     def __init__(self, shape, strides, dtype=np.float32):
+        self._shape, self._strides, self._dtype = shape, strides, np.dtype(dtype)
         self.shape, self.strides, self.dtype = shape, strides, np.dtype(dtype)
 
 
@@ -223,11 +224,13 @@ def test_cache_key_distinguishes_everything_that_matters():
     base = dict(stride=1, padding=1, dilation=1, groups=1, algo="find", math=None,
                 deterministic=False, limit=1 << 20)
 
+    kinds = {"forward": conv.FORWARD_KEY, "backward_data": conv.BACKWARD_DATA_KEY}
+
     def key(op="forward", x=x, w=w, **kw):
         args = {**base, **kw}
-        return conv._common_key(op, dev, x, w, args["stride"], args["padding"],
+        return conv.problem_key(kinds[op], dev, x, w, None, args["stride"], args["padding"],
                                 args["dilation"], args["groups"], args["algo"], args["math"],
-                                args["deterministic"], args["limit"])
+                                args["deterministic"], args["limit"], None, 1.0, 0.0, True)
 
     k0 = key()
     assert key() == k0 and hash(key()) == hash(k0)
@@ -239,14 +242,24 @@ def test_cache_key_distinguishes_everything_that_matters():
     assert len({k0, *variants}) == len(variants) + 1
     # sequence arguments are hashable keys too
     assert key(padding=[1, 1]) == key(padding=(1, 1))
+    # the fields are read by name, never by position
+    named = conv.FORWARD_KEY.named(k0)
+    assert named["x_shape"] == (2, 3, 8, 8) and named["out_strides"] is None
+    assert named["workspace_limit"] == 1 << 20 and named["algo"] == "find"
 
 
-def test_algo_cache_is_read_only_and_clearable():
-    cache = conv.algo_cache()
-    with pytest.raises(TypeError):
-        cache["x"] = 1
-    conv.clear_algo_cache()
-    assert len(conv.algo_cache()) == 0
+def test_algo_cache_lists_named_entries_and_is_clearable():
+    from cudalibs.driver.plan import cache
+
+    k = conv.FORWARD_KEY.key(*range(len(conv.FORWARD_KEY.fields)))
+    cache.put(k, object())
+    try:
+        entries = conv.algo_cache()
+        assert [e.key["x_shape"] for e in entries if e.raw_key == k] == [2]
+        conv.clear_algo_cache()
+        assert len(conv.algo_cache()) == 0 and k not in cache
+    finally:
+        cache.pop(k)
 
 
 def test_no_algorithm_error_is_a_value_error_and_pickles():
@@ -260,9 +273,9 @@ def test_algorithm_names():
     assert conv.BWD_FILTER_ALGOS["algo_3"] == _lib.CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3
     assert len(conv.BWD_DATA_ALGOS) == _lib.CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
     with pytest.raises(ValueError, match="winograd"):
-        conv._resolve_algo(conv._OPS["forward"], "fastest")
+        conv_legacy.resolve_algo(conv_legacy.OPS["forward"], "fastest")
     with pytest.raises(ValueError):
-        conv._resolve_algo(conv._OPS["backward_data"], 9)
+        conv_legacy.resolve_algo(conv_legacy.OPS["backward_data"], 9)
 
 
 # -- argument checks fire before any C call (no GPU: a C call here would fail differently) ------------
@@ -428,3 +441,50 @@ def test_closed_input_is_rejected():
                           _DEV, _Buf(), None)
     with pytest.raises(ClosedError):
         cudnn.activation_forward(x)
+
+
+def test_pooling_output_shape_validates_the_shape():
+    assert pooling_output_shape((2, 3, 8, 8), 2) == (2, 3, 4, 4)
+    assert pooling_output_shape((2, 3, 8, 8, 8), 2, stride=1) == (2, 3, 7, 7, 7)
+    for bad in ((3,), (2, 3), (1, 2, 3, 4, 5, 6), (2, 3, 0, 4)):
+        with pytest.raises(ValueError, match="x_shape"):
+            pooling_output_shape(bad, 2)
+    with pytest.raises(TypeError, match="x_shape"):
+        pooling_output_shape((2, 3, 8.5, 8), 2)
+
+
+def test_cudnn_caches_live_in_the_one_plan_cache():
+    import importlib
+
+    activation, norm, pooling = (importlib.import_module(f"cudalibs.cudnn.{m}")
+                                 for m in ("activation", "norm", "pooling"))
+
+    # no module-level plan or descriptor dicts of their own: everything goes through the one
+    # bounded cache, under named keys
+    for mod in (activation, norm, pooling, conv):
+        assert not [n for n, v in vars(mod).items() if isinstance(v, dict) and n in
+                    ("_plans", "_descs", "_bias_descs")], mod.__name__
+    assert norm.BATCH_NORM_KEY.fields == ("dtype", "x_shape", "x_strides", "mode")
+    assert "window" in pooling.POOLING_KEY.fields
+    assert activation.TENSOR_KEY.name == "cudnn_elementwise_tensor"
+
+
+def test_plan_classes_follow_the_plan_protocol():
+    from cudalibs import cudnn
+    from cudalibs.driver.plan import Plan
+
+    for cls in (cudnn.ConvForwardPlan, cudnn.ConvBackwardDataPlan,
+                cudnn.ConvBackwardFilterPlan, cudnn.ConvBiasActPlan):
+        assert issubclass(cls, cudnn.ConvPlan) and issubclass(cls, Plan)
+        assert cls.library == "cuDNN" and cls.kind.startswith("cudnn_conv")
+    # the fused path's epilogue goes through the driver's kernel loader, not a sibling library
+    import ast
+    import inspect
+
+    from cudalibs.cudnn import conv_plan, fused
+
+    for mod in (conv, conv_plan, fused):
+        tree = ast.parse(inspect.getsource(mod))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert "kernels" not in (node.module or ""), mod.__name__

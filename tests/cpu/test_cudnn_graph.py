@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from cudalibs.cudnn import _lib, conv
+from cudalibs.cudnn import _lib, conv, conv_graph, conv_legacy, conv_plan
 from cudalibs.cudnn import graph as G
 from cudalibs.errors import ClosedError, CudnnError
 
@@ -252,7 +252,7 @@ def test_graph_keeps_its_parts_alive():
 
 # -- the conv module's dispatch logic ------------------------------------------------------------
 def test_banned_notes():
-    b = conv._banned_notes
+    b = conv_graph.banned_notes
     fma = b(np.float32, "fma", False)
     assert {"tensor_core", "down_convert_inputs", "reduced_precision_reduction"} <= fma
     assert "nondeterministic" not in fma
@@ -264,19 +264,19 @@ def test_banned_notes():
     assert b(np.float32, "allow_conversion", False) == frozenset()
 
 
-def test_graph_eligibility_and_switch(monkeypatch):
-    e = conv._graph_eligible
-    assert e("find", 1.0, 0.0) and e("heuristic", 1, 0)
-    assert not e("find", 2.0, 0.0) and not e("find", 1.0, 1.0)
-    assert not e("implicit_gemm", 1.0, 0.0) and not e(1, 1.0, 0.0)
+def test_graph_switch_is_read_at_plan_time(monkeypatch):
+    from cudalibs.cudnn import conv_plan
+
+    assert conv_plan.graph_api_default() is True
     monkeypatch.setattr(conv, "GRAPH_API", False)
-    assert not e("find", 1.0, 0.0)
+    assert conv_plan.graph_api_default() is False
 
 
 def test_not_supported_statuses():
-    assert conv._not_supported(3000) and conv._not_supported(3007)
-    assert not conv._not_supported(0) and not conv._not_supported(2000)
-    assert not conv._not_supported(9)
+    ns = conv_legacy.not_supported
+    assert ns(3000) and ns(3007)
+    assert not ns(0) and not ns(2000)
+    assert not ns(9)
 
 
 def test_cache_key_tells_graph_from_legacy():
@@ -286,16 +286,19 @@ def test_cache_key_tells_graph_from_legacy():
 
     class Arr:
         def __init__(self, shape, strides):
-            self.shape, self.strides, self.dtype = shape, strides, np.dtype(np.float16)
+            self._shape, self._strides, self._dtype = shape, strides, np.dtype(np.float16)
 
     x, w = Arr((2, 8, 4, 4), (256, 1, 64, 16)), Arr((8, 8, 3, 3), (144, 1, 48, 16))
-    args = (1, 1, 1, 1, "find", None, False, 1 << 20)
+    args = (1, 1, 1, 1, "find", None, False, 1 << 20, None, 1.0, 0.0)
     try:
-        legacy = conv._common_key("forward", Dev(), x, w, *args)
-        graph = conv._common_key("forward", Dev(), x, w, *args, graph=True)
+        legacy = conv.problem_key(conv.FORWARD_KEY, Dev(), x, w, None, *args, False)
+        graph = conv.problem_key(conv.FORWARD_KEY, Dev(), x, w, None, *args, True)
     finally:
-        conv._arch_of.clear()  # the stand-in device must not leak into GPU tests
-    assert legacy != graph and legacy[:-1] == graph[:-1]
-    # the positions other code reads stay where they were
-    assert graph[0] == "forward" and graph[3] == x.shape and graph[12] is None
-    assert graph[13] is False and graph[14] == 1 << 20 and graph[-1] is True
+        conv_plan._env_of.clear()  # the stand-in device must not leak into GPU tests
+    assert legacy != graph
+    nl, ng = conv.FORWARD_KEY.named(legacy), conv.FORWARD_KEY.named(graph)
+    assert {k for k in ng if ng[k] != nl[k]} == {"graph_api"}
+    # the fields other code reads, by name
+    assert ng["x_shape"] == x._shape and ng["math"] is None
+    assert ng["deterministic"] is False and ng["workspace_limit"] == 1 << 20
+    assert ng["graph_api"] is True

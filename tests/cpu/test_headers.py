@@ -7,11 +7,15 @@ arguments on the GPU.  This file parses the headers shipped in the NVIDIA wheels
 
 * each ``Proto`` row of every prototype table: declared, same argument count, same return and
   argument kinds, and not a name the header ``#define``\\s to a versioned one;
-* each module's ``STRUCTS``: size, and every member's offset and kind;
+* each module's ``STRUCTS``: every member's offset and kind, and the size -- compatibly, so
+  that the newest wheels' headers pass where they only add members the ABI allows (see
+  ``headers.check_struct``) and fail where our layout and theirs disagree;
 * each module's vendor-named integer constants: equal to the header's enum constant or macro;
 * the status tables in ``cudalibs.errors``, ``DEVICE_ATTRIBUTES`` and the ``cudalibs.dtypes``
-  enum tables: equal to the header enums;
-* and the checker itself: deliberately wrong rows are reported.
+  enum tables: every entry we carry equal to the header's where the header has it (statuses
+  and attributes a newer header adds are reported as warnings, not failures);
+* and the checker itself: deliberately wrong rows are reported, and a newer header's
+  compatible additions are not.
 
 A prototype table module that cannot be imported fails here (it is never skipped): a missing
 table would otherwise pass silently.
@@ -23,6 +27,7 @@ import ctypes
 import importlib
 import os
 import sys
+import warnings
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_byte, c_char, c_char_p, c_double, c_float,
                     c_int, c_int32, c_int64, c_longlong, c_size_t, c_ssize_t, c_ubyte, c_uint,
                     c_uint32, c_uint64, c_ushort, c_void_p)
@@ -151,6 +156,28 @@ def test_table_well_formed(mod, table, hdrs):
 # Structs and constants of each module
 # --------------------------------------------------------------------------------------------
 
+# Structs that the library reads through a pointer and sizes by their own ``size`` / ``version``
+# members, which the vendor documents as versioned and append-only: a newer header may append
+# members after ours.  NCCL puts the version in the tag (``struct ncclConfig_v22800`` is NCCL
+# 2.28's layout), so a header that no longer defines the tag we mirror is compared through the
+# typedef that names its current version.  Every other struct must keep the header's exact
+# size: it is embedded in another (CUmemLocation), sits in an array (CUlaunchAttribute), is
+# written by the library (CUuuid), or is read through a pointer with no size of its own
+# (CUlaunchConfig, CUmemPoolProps, CUDA_MEMCPY2D), where the library reads as many bytes as
+# its header declares.
+APPEND_ONLY = {"ncclConfig_v22800": "ncclConfig_t"}
+
+
+def _struct_problems(cls, tag: str, hs) -> list[str]:
+    if tag in APPEND_ONLY:
+        try:
+            hs.struct(tag)
+        except KeyError:
+            # A later version of the struct: ours must be a prefix of it.
+            return H.check_struct(cls, APPEND_ONLY[tag], hs, grows=True)
+    return H.check_struct(cls, tag, hs)
+
+
 @pytest.mark.parametrize("mod", MODULES)
 def test_structs_match_header(mod):
     module = _import(mod)
@@ -160,7 +187,7 @@ def test_structs_match_header(mod):
     hs = H.load(_module_headers(module))
     problems: list[str] = []
     for cls, tag in structs.items():
-        problems += H.check_struct(cls, tag, hs)
+        problems += _struct_problems(cls, tag, hs)
     _fail(problems, f"{mod}.STRUCTS differ from {', '.join(hs.names)}")
 
 
@@ -188,7 +215,7 @@ def test_constants_match_header(mod):
 # Enum tables
 # --------------------------------------------------------------------------------------------
 
-# error class -> (header, C enum type); compared exactly, both ways.
+# error class -> (header, C enum type): every status we carry under the header's name for it.
 STATUS_ENUMS = [
     ("CudaError", "cuda.h", "CUresult"),
     ("NvrtcError", "nvrtc.h", "nvrtcResult"),
@@ -198,6 +225,16 @@ STATUS_ENUMS = [
 ]
 
 
+# Constants of a status enum that are no status.
+STATUS_SENTINELS = frozenset({"ncclNumResults"})
+
+
+def _news(what: str, items) -> None:
+    """A newer header's additions: shown in the run's warnings summary, never a failure."""
+    if items:
+        warnings.warn(f"{what}: {', '.join(items)}", UserWarning, stacklevel=2)
+
+
 @pytest.mark.parametrize("cls, header, enum", STATUS_ENUMS, ids=[c for c, _, _ in STATUS_ENUMS])
 def test_status_table_matches_header(cls, header, enum):
     from cudalibs import errors
@@ -205,8 +242,11 @@ def test_status_table_matches_header(cls, header, enum):
     ours = getattr(errors, cls).status_names()
     assert len(set(ours.values())) == len(ours), f"{cls} maps two codes to one name"
     h = H.parse(header)
-    _fail(H.check_status(ours, h.enum(enum), h.enum_deprecated(enum)),
+    theirs = h.enum(enum)
+    _fail(H.check_status(ours, theirs, h.enum_deprecated(enum), STATUS_SENTINELS),
           f"errors.{cls} differs from {enum} in {header}")
+    _news(f"{enum} in {header} has statuses errors.{cls} does not name yet",
+          H.missing_statuses(ours, theirs, STATUS_SENTINELS))
 
 
 def test_curesult_is_cudaError_enum():
@@ -221,8 +261,12 @@ def test_device_attributes_match_header():
     prefix = "CU_DEVICE_ATTRIBUTE_"
     ours = {prefix + k: v for k, v in _lib.DEVICE_ATTRIBUTES.items()}
     theirs = H.parse("cuda.h").enum("CUdevice_attribute")
-    _fail(H.check_enum(ours, theirs, exact=True, ignore={prefix + "MAX"}),
+    # Every attribute we name must have its value; attributes a newer header adds are news.
+    _fail(H.check_enum(ours, theirs, exact=False),
           "driver._lib.DEVICE_ATTRIBUTES differs from CUdevice_attribute in cuda.h")
+    _news("CUdevice_attribute in cuda.h has attributes DEVICE_ATTRIBUTES does not name yet",
+          [f"{k} = {v}" for k, v in sorted(theirs.items(), key=lambda kv: kv[1])
+           if k not in ours and k != prefix + "MAX"])
 
 
 # dtypes table -> (header, C enum type, prefix); every entry we have must match.
@@ -276,7 +320,11 @@ def test_header_views():
     assert h.enum_constants["CUDA_ERROR_OUT_OF_MEMORY"] == 2
     assert h.macro_values["CU_MEMHOSTALLOC_DEVICEMAP"] == 2
     size, fields = h.struct("CUmemLocation_st")
-    assert size == 8 and [(f.name, f.offset) for f in fields] == [("type", 0), ("id", 4)]
+    assert size == 8 and [(f.name, f.offset) for f in fields][:2] == [("type", 0), ("id", 4)]
+    # CUDA 13.5 made id one alternative of a union; every other member shares its bytes
+    assert all(f.offset == 4 for f in fields[2:])
+    # a typedef name finds the record it names
+    assert h.struct("CUmemLocation") == h.struct("CUmemLocation_st")
     assert H.parse("cublas_v2.h").macros["cublasCreate"] == "cublasCreate_v2"
 
 
@@ -365,12 +413,108 @@ def test_wrong_struct_is_reported(cuda_h):
 
 
 def test_status_table_mismatches_are_reported():
-    theirs = {"OK": 0, "BAD": 1, "NEW_NAME": 2, "OLD_NAME": 2}
-    assert H.check_status({0: "OK", 1: "BAD", 2: "NEW_NAME"}, theirs, {"OLD_NAME"}) == []
-    _one(H.check_status({0: "OK", 2: "OLD_NAME", 7: "EXTRA"}, theirs, {"OLD_NAME"}),
-         "1 BAD: in the header, missing here", "2 OLD_NAME: deprecated alias",
-         "7 EXTRA: the header has no status 7")
+    theirs = {"OK": 0, "BAD": 1, "NEW_NAME": 2, "OLD_NAME": 2, "COUNT": 3}
+    assert H.check_status({0: "OK", 1: "BAD", 2: "NEW_NAME"}, theirs, {"OLD_NAME"}, {"COUNT"}) == []
+    _one(H.check_status({0: "OK", 2: "OLD_NAME"}, theirs, {"OLD_NAME"}),
+         "2 OLD_NAME: deprecated alias")
     _one(H.check_status({0: "OK", 1: "WRONG", 2: "NEW_NAME"}, theirs), "the header calls 1 BAD")
+    # a name the header gives another value is wrong, whatever else the header has
+    _one(H.check_status({0: "OK", 7: "BAD"}, theirs), "7 BAD: the header says BAD = 1")
+    # the enum's count is not a status to carry
+    _one(H.check_status({3: "COUNT"}, theirs, sentinels={"COUNT"}), "not a status")
+
+
+def test_newer_and_older_status_headers():
+    ours = {0: "OK", 1: "BAD", 2: "NEWER"}
+    older = {"OK": 0, "BAD": 1, "COUNT": 2}  # predates NEWER, whose value was its count
+    newer = {"OK": 0, "BAD": 1, "NEWER": 2, "NEWEST": 3, "COUNT": 4}
+    # a status newer than the header is fine, and so is one the header adds ...
+    assert H.check_status(ours, older, sentinels={"COUNT"}) == []
+    assert H.check_status(ours, newer, sentinels={"COUNT"}) == []
+    # ... which is news, not a failure
+    assert H.missing_statuses(ours, newer, {"COUNT"}) == ["3 NEWEST"]
+    assert H.missing_statuses(ours, older, {"COUNT"}) == []
+    # but a status we carry whose value the newer header changed is reported
+    _one(H.check_status(ours, {"OK": 0, "BAD": 5, "NEWER": 2}), "1 BAD: the header says BAD = 5")
+
+
+# An "older" header the bindings below target, and the "newer" one a later release ships: each
+# change is one the vendors make (a union alternative, reserved bytes given a meaning, a member
+# appended to a versioned struct), and the checker must pass them where the ABI allows.
+_OLDER_H = """
+typedef struct loc_st { int type; int id; } loc;
+typedef struct props_st { int kind; loc where; unsigned short usage;
+                          unsigned char reserved[6]; } props;
+typedef struct cfg_v1 { unsigned long size; int a; int b; } cfg_t;
+"""
+_NEWER_H = """
+typedef struct loc_st { int type;
+                        union { int id; struct { unsigned char dev, dom; } localized; }; } loc;
+typedef struct props_st { int kind; loc where; unsigned short usage; unsigned char rdma;
+                          unsigned char reserved[5]; } props;
+typedef struct cfg_v2 { unsigned long size; int a; int b; int c; int d; } cfg_t;
+typedef struct shifted_st { int type; int inserted; int id; } shifted;
+typedef struct hole_st { char a; short added; int b; } hole;
+"""
+
+
+class _Loc(Structure):
+    _fields_ = [("type", c_int), ("id", c_int)]
+
+
+class _Props(Structure):
+    _fields_ = [("kind", c_int), ("where", _Loc), ("usage", c_ushort),
+                ("reserved", c_ubyte * 6)]
+
+
+class _Cfg(Structure):
+    _fields_ = [("size", ctypes.c_ulong), ("a", c_int), ("b", c_int)]
+
+
+@pytest.fixture(scope="module")
+def older_newer():
+    return (H.HeaderSet([H.parse_source("older.h", _OLDER_H)]),
+            H.HeaderSet([H.parse_source("newer.h", _NEWER_H)]))
+
+
+def test_compatible_additions_pass(older_newer):
+    older, newer = older_newer
+    for hs in (older, newer):
+        assert H.check_struct(_Loc, "loc_st", hs) == []       # union alternative of id
+        assert H.check_struct(_Props, "props_st", hs) == []   # rdma carved from reserved
+    # a versioned struct found through its typedef: appended members pass with grows=True ...
+    assert H.check_struct(_Cfg, "cfg_t", older) == []
+    assert H.check_struct(_Cfg, "cfg_t", newer, grows=True) == []
+    # ... and only then: embedded, in an array or written by the library, the sizes must agree
+    _one(H.check_struct(_Cfg, "cfg_t", newer), "sizeof is 16 in ctypes, 24 in C",
+         "C member c is missing")
+
+
+def test_incompatible_changes_fail(older_newer):
+    _older, newer = older_newer
+
+    class Shifted(Structure):  # the header inserted a member before one of ours
+        _fields_ = [("type", c_int), ("id", c_int)]
+
+    _one(H.check_struct(Shifted, "shifted_st", newer), "Shifted (struct shifted_st).id: offset 4",
+         "C member inserted is missing")
+
+    class Hole(Structure):  # a member where we have no bytes of our own (alignment padding)
+        _fields_ = [("a", c_char), ("b", c_int)]
+
+    _one(H.check_struct(Hole, "hole_st", newer), "C member added is missing")
+
+    class Bigger(Structure):  # ours longer than the header's, even for a growing struct
+        _fields_ = [("size", ctypes.c_ulong), ("a", c_int), ("b", c_int), ("c", c_int),
+                    ("d", c_int), ("e", c_int), ("f", c_int)]
+
+    _one(H.check_struct(Bigger, "cfg_t", newer, grows=True), "sizeof is 32 in ctypes, 24 in C",
+         "_fields_ has e")
+
+    class WrongCfg(Structure):  # a prefix whose member changed type is no prefix
+        _fields_ = [("size", ctypes.c_ulong), ("a", c_int64)]
+
+    _one(H.check_struct(WrongCfg, "cfg_t", newer, grows=True), "WrongCfg (struct cfg_t).a")
 
 
 def test_enum_table_mismatches_are_reported():

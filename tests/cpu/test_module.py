@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cudalibs
-from cudalibs.driver import _params, module as M, nvrtc
+from cudalibs.driver import _params, launch as LA, module as M, nvrtc
 from cudalibs.errors import ClosedError, CudaError, NvrtcError
 
 SAXPY = r"""
@@ -54,6 +54,21 @@ def cache_dir(tmp_path, monkeypatch):
 
 def _entries(d):
     return sorted(p for p in d.rglob("*.bin"))
+
+
+# build() decides between PTX and a CUBIN by the driver that will load the result (see
+# nvrtc.choose_target), so a test that expects one kind names a driver relative to the NVRTC
+# in use, never a fixed version: a fixed CUDA 13.0 driver gets a CUBIN from NVRTC 13.5, whose
+# PTX (ISA 9.5) that driver would reject.
+def _loads_ptx():
+    """A driver as new as the loaded NVRTC: it loads NVRTC's PTX, so build() emits PTX."""
+    return nvrtc.version()
+
+
+def _rejects_ptx():
+    """A driver older than the loaded NVRTC, which would reject its PTX: build() emits a CUBIN."""
+    major, minor = nvrtc.version()
+    return (major, minor - 1) if minor else (major - 1, 9)
 
 
 # -- target choice -------------------------------------------------------------------------------
@@ -157,7 +172,7 @@ def test_jit_options_are_validated():
 
 # -- NVRTC ---------------------------------------------------------------------------------------
 def test_build_ptx_and_signature():
-    out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     assert out.kind == "ptx" and out.image == out.ptx
     assert _params.ptx_target(out.ptx) == ("sm_90",)
     sig = _params.parse_entries(out.ptx)["saxpy"]
@@ -167,7 +182,7 @@ def test_build_ptx_and_signature():
 
 
 def test_build_cubin_when_nvrtc_is_newer_than_the_driver():
-    out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(12, 0))
+    out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_rejects_ptx())
     assert out.kind == "cubin" and out.image.startswith(b"\x7fELF")
     assert out.target.arch == "sm_90"
     # the PTX still comes along, for the kernels' parameter types
@@ -175,14 +190,14 @@ def test_build_cubin_when_nvrtc_is_newer_than_the_driver():
 
 
 def test_forced_target():
-    assert nvrtc.build(SAXPY, arch=(8, 0), driver_cuda=(13, 0), target="cubin").kind == "cubin"
+    assert nvrtc.build(SAXPY, arch=(8, 0), driver_cuda=_loads_ptx(), target="cubin").kind == "cubin"
     with pytest.raises(ValueError, match="target must be"):
         nvrtc.build(SAXPY, arch=(8, 0), target="sass")
 
 
 def test_name_expressions():
     out = nvrtc.build(TEMPLATE, name_expressions=["fill<float>", "fill<int>"], arch="sm_90",
-                      driver_cuda=(13, 0))
+                      driver_cuda=_loads_ptx())
     assert set(out.lowered) == {"fill<float>", "fill<int>"}
     entries = _params.parse_entries(out.ptx)
     for expr, mangled in out.lowered.items():
@@ -194,7 +209,7 @@ def test_name_expressions():
 
 def test_fp16_bf16_headers_are_found():
     assert nvrtc.cuda_include_dirs(), "cuda.pathfinder found no CUDA headers"
-    out = nvrtc.build(HALF, arch="sm_90", driver_cuda=(13, 0))
+    out = nvrtc.build(HALF, arch="sm_90", driver_cuda=_loads_ptx())
     assert [p.type for p in _params.parse_entries(out.ptx)["halves"]][:2] == ["u64", "u64"]
 
 
@@ -216,23 +231,23 @@ def test_bad_arguments():
 
 # -- caches --------------------------------------------------------------------------------------
 def test_memory_and_disk_cache(cache_dir):
-    first = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    first = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     assert first.cached == ""
     assert len(_entries(cache_dir)) == 1
-    assert nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0)).cached == "memory"
+    assert nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx()).cached == "memory"
     nvrtc.clear_memory_cache()
-    again = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    again = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     assert again.cached == "disk" and again.image == first.image and again.key == first.key
 
 
 def test_cache_key_covers_inputs():
-    base = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    base = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     keys = {base.key,
-            nvrtc.build(SAXPY + " ", arch="sm_90", driver_cuda=(13, 0)).key,
-            nvrtc.build(SAXPY, options=["-DX=1"], arch="sm_90", driver_cuda=(13, 0)).key,
-            nvrtc.build(SAXPY, arch="sm_80", driver_cuda=(13, 0)).key,
-            nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(12, 0)).key,  # cubin
-            nvrtc.build(SAXPY, name="other.cu", arch="sm_90", driver_cuda=(13, 0)).key}
+            nvrtc.build(SAXPY + " ", arch="sm_90", driver_cuda=_loads_ptx()).key,
+            nvrtc.build(SAXPY, options=["-DX=1"], arch="sm_90", driver_cuda=_loads_ptx()).key,
+            nvrtc.build(SAXPY, arch="sm_80", driver_cuda=_loads_ptx()).key,
+            nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_rejects_ptx()).key,  # cubin
+            nvrtc.build(SAXPY, name="other.cu", arch="sm_90", driver_cuda=_loads_ptx()).key}
     assert len(keys) == 6
 
 
@@ -244,7 +259,7 @@ def test_cache_disabled(cache_dir):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty", "bad_meta"])
 def test_corrupted_entry_is_recompiled(cache_dir, damage):
-    first = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    first = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     (path,) = _entries(cache_dir)
     data = path.read_bytes()
     if damage == "truncate":
@@ -261,7 +276,7 @@ def test_corrupted_entry_is_recompiled(cache_dir, damage):
         data = nvrtc._MAGIC + hashlib.sha256(body).digest() + body
     path.write_bytes(data)
     nvrtc.clear_memory_cache()
-    again = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    again = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     assert again.cached == "" and again.image == first.image
     # and the entry was rewritten whole
     assert nvrtc._decode_entry(path.read_bytes()) is not None
@@ -282,9 +297,9 @@ def test_read_only_cache_dir_warns_once(tmp_path, monkeypatch):
     try:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+            out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
             nvrtc.clear_memory_cache()
-            nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+            nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
         assert out.kind == "ptx"
         msgs = [str(x.message) for x in w if "NVRTC cache" in str(x.message)]
         assert len(msgs) == 1 and str(ro) in msgs[0]
@@ -303,7 +318,7 @@ def test_concurrent_builds_agree():
 
     def work():
         try:
-            results.append(nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0)).image)
+            results.append(nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx()).image)
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -328,18 +343,18 @@ class _FakeDevice:
 
 
 def _fake_kernel(monkeypatch, ptx_entry="saxpy"):
-    out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=(13, 0))
+    out = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     mod = object.__new__(M.Module)
     mod._alive = [True]
     mod._device = _FakeDevice()
     mod._label = "<fake>"
     params = _params.parse_entries(out.ptx)[ptx_entry]
-    k = M.Kernel._make(mod, ptx_entry, M._lib.CUfunction(), params)
+    k = LA.Kernel._make(mod, ptx_entry, LA._lib.CUfunction(), params)
     k._fh = 0xF00D
-    attrs = {M._lib.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
-             M._lib.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 * 1024,
-             M._lib.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: 0}
-    monkeypatch.setattr(M.Kernel, "_attr", lambda self, code: attrs[code])
+    attrs = {LA._lib.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
+             LA._lib.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 * 1024,
+             LA._lib.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: 0}
+    monkeypatch.setattr(LA.Kernel, "_attr", lambda self, code: attrs[code])
     calls = []
 
     def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
@@ -350,7 +365,7 @@ def _fake_kernel(monkeypatch, ptx_entry="saxpy"):
                                         p.size) for i, p in enumerate(k.params)]))
         return 0
 
-    monkeypatch.setattr(M, "_launch_fn", fake_launch)
+    monkeypatch.setattr(LA, "_launch_fn", fake_launch)
     return k, mod, calls
 
 
@@ -441,10 +456,10 @@ def test_graph_capture_argument_checks():
 def test_capture_sink_notes_modules(monkeypatch):
     k, mod, calls = _fake_kernel(monkeypatch)
     sink = set()
-    M._capture_sinks.append(sink)
+    LA._capture_sinks.append(sink)
     try:
         k.launch(1, 32, 1.0, 0, 0, 1)
         k.prepare(1, 32)(1.0, 0, 0, 1)
     finally:
-        M._capture_sinks.remove(sink)
+        LA._capture_sinks.remove(sink)
     assert sink == {mod} and len(calls) == 2

@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 from cudalibs import dtypes, errors, nccl  # noqa: E402
 from cudalibs.driver.array import DeviceArray  # noqa: E402
-from cudalibs.nccl import _lib, comm as C  # noqa: E402
+from cudalibs.nccl import _lib, bootstrap, comm as C  # noqa: E402
 
 IN_PROGRESS = 7
 
@@ -141,6 +141,22 @@ def test_unique_id_roundtrip():
     assert pickle.loads(pickle.dumps(a)) == a
     assert bytes(a._struct()) == a.bytes
     assert "UniqueId" in repr(a)
+
+
+def test_unique_id_is_bytes_like():
+    a = nccl.UniqueId()
+    raw = bytes(a)
+    assert raw == a.bytes and len(raw) == 128 and type(raw) is bytes
+    assert nccl.UniqueId.from_bytes(bytes(a)) == a
+    assert nccl.UniqueId(bytearray(raw)) == a and nccl.UniqueId(memoryview(raw)) == a
+    assert nccl.UniqueId(a) == a
+    b = pickle.loads(pickle.dumps(a))
+    assert b == a and bytes(b) == raw and type(b) is nccl.UniqueId
+    # The repr names the id by a short digest: equal ids read the same, others differ, and
+    # the 128 raw bytes never flood a log line.
+    assert repr(nccl.UniqueId(raw)) == repr(a) != repr(nccl.UniqueId())
+    assert repr(a).startswith("<nccl.UniqueId") and len(repr(a)) < 60
+    assert a != raw and a != None  # noqa: E711 - an id equals only an id
 
 
 @pytest.mark.parametrize("bad, exc", [(b"x" * 127, ValueError), (b"x" * 129, ValueError),
@@ -399,6 +415,39 @@ def test_context_manager_closes_or_aborts(fake):
     assert fake.names() == ["ncclCommAbort"]
 
 
+@pytest.mark.parametrize("call, op, name", [
+    (lambda c, h, d: c.all_reduce(h), "all_reduce", "send"),
+    (lambda c, h, d: c.all_reduce(d, out=h), "all_reduce", "out"),
+    (lambda c, h, d: c.broadcast(None, out=h, root=1), "broadcast", "out"),
+    (lambda c, h, d: c.reduce_scatter(h), "reduce_scatter", "send"),
+    (lambda c, h, d: c.send(h, 1), "send", "x"),
+    (lambda c, h, d: c.recv(h, 1), "recv", "out"),
+    (lambda c, h, d: c.all_to_all(d, out=h), "all_to_all", "out"),
+])
+def test_host_buffers_get_the_operand_message(fake, call, op, name):
+    """Buffers go through the driver's one operand path: the same words as every library,
+    and no NCCL call."""
+    c = make_comm()
+    with pytest.raises(TypeError) as info:
+        call(c, np.ones(4, np.float32), fake_array((4,)))
+    assert str(info.value) == (f"{op}: {name} is a host numpy array; copy it to the GPU first "
+                               "with cudalibs.to_device()")
+    assert fake.calls == []
+    c.abort()
+
+
+def test_communicator_uses_the_one_lifetime_base(fake):
+    from cudalibs._ffi import Resource
+
+    c = make_comm()
+    assert isinstance(c, Resource) and not c.closed
+    assert "_finalizer" not in C.Communicator.__slots__   # the base's slot, not a second one
+    c.close()
+    assert c.closed
+    c.close()   # idempotent
+    assert fake.names() == ["ncclCommFinalize", "ncclCommDestroy"]
+
+
 def test_finalizer_only_warns(fake):
     c = make_comm()
     with warnings.catch_warnings(record=True) as caught:
@@ -594,11 +643,11 @@ def test_local_rank_from_env(monkeypatch):
     for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
                 "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"):
         monkeypatch.delenv(var, raising=False)
-    assert C._local_rank_from_env() is None
+    assert bootstrap.local_rank_from_env() is None
     monkeypatch.setenv("SLURM_LOCALID", "3")
-    assert C._local_rank_from_env() == 3
+    assert bootstrap.local_rank_from_env() == 3
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert C._local_rank_from_env() == 1
+    assert bootstrap.local_rank_from_env() == 1
 
 
 def test_timeout_setter(fake):

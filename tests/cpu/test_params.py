@@ -11,7 +11,7 @@ import pytest
 from cudalibs.driver import _params as P
 from cudalibs.driver.array import DeviceArray
 from cudalibs.driver.memory import DeviceBuffer
-from cudalibs.driver.module import _pointer_check
+from cudalibs.driver.launch import _pointer_check
 from cudalibs import dtypes as _dtypes
 from cudalibs.errors import ClosedError
 

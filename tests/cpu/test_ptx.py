@@ -1,7 +1,9 @@
-"""The shipped kernel library (cudalibs/ptx) and its wrappers, without a GPU.
+"""The shipped kernel library (ptx/) and its wrappers, without a GPU.
 
 - Every committed .ptx matches its sources (sha256 in its header), declares PTX ISA <= 8.0 for
   sm_75 with 64-bit addresses, and defines the entries cudalibs.kernels launches.
+- The wheel ships every source and PTX as cudalibs/_ptx, where cudalibs.ptx finds them once
+  installed; from a checkout it finds ptx/ itself.
 - ptxas assembles each file (proving the lowered .version is legal); with the same nvcc
   release as the header, a rebuild reproduces each file byte for byte.
 - NVRTC compiles every .cu source.
@@ -12,10 +14,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,11 +29,23 @@ import pytest
 import cudalibs as cl
 from cudalibs import dtypes, kernels
 from cudalibs import ptx as P
+from cudalibs.driver import ptxlib
 from cudalibs.driver.array import DeviceArray, _c_strides
 from cudalibs.errors import ClosedError
-from cudalibs.ptx import build
 
+ROOT = Path(__file__).resolve().parents[2]
 STEMS = sorted(P.ENTRIES)
+
+
+def _load_build():
+    # ptx/build.py is a script beside the files it builds, not a cudalibs module.
+    spec = importlib.util.spec_from_file_location("ptx_build", P.DIRECTORY / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load_build()
 
 
 def _text(stem):
@@ -39,7 +57,9 @@ def _text(stem):
 def test_ptx_matches_its_sources(stem):
     rec = build.parse_header(_text(stem))
     assert rec["sources"] == build.source_hashes(stem), (
-        f"{stem}.ptx is stale: run `python -m cudalibs.ptx.build` after editing its sources")
+        f"{stem}.ptx is stale: run `{build.COMMAND}` after editing its sources")
+    # the first line names the command that makes the file, as the script writes it
+    assert _text(stem).splitlines()[0] == build.tag_line(f"{stem}.cu")
     assert f"{stem}.cu" in rec["sources"] and "common.cuh" in rec["sources"]
     assert rec["command"] == f"nvcc -ptx {' '.join(build.NVCC_FLAGS)} {stem}.cu"
     assert rec["nvcc"].startswith("Cuda compilation tools, release ")
@@ -66,10 +86,81 @@ def test_ptx_defines_every_expected_entry(stem):
     assert set(_params.parse_entries(text)) == set(P.ENTRIES[stem])
 
 
-def test_package_data_ships_the_sources_and_ptx():
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml")).read()
-    for pattern in ("ptx/*.ptx", "ptx/*.cu", "ptx/*.cuh", "ptx/README.md"):
-        assert f'"{pattern}"' in text, pattern
+def test_a_checkout_finds_the_top_level_directory():
+    assert P.DIRECTORY == ROOT / "ptx"
+    assert P.DIRECTORY == build.DIRECTORY
+    for stem in STEMS:
+        assert P.ptx_path(stem).is_file() and P.source_path(stem).is_file()
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["setuptools"]
+
+
+def test_every_package_is_listed_for_the_wheel():
+    # pyproject.toml lists the packages (discovery cannot map ptx/ to cudalibs/_ptx): a new
+    # package under cudalibs/ must be added there, or the wheel would lack it.
+    listed = set(_pyproject()["packages"])
+    present = {".".join(d.relative_to(ROOT).parts) for d in [ROOT / "cudalibs",
+                                                             *(ROOT / "cudalibs").rglob("*")]
+               if d.is_dir() and (d / "__init__.py").is_file()}
+    assert present - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert listed - present == {"cudalibs._ptx"}, "listed packages that do not exist"
+    assert _pyproject()["package-dir"] == {"cudalibs._ptx": "ptx"}
+
+
+def _copy_for_build(dest: Path) -> None:
+    """The files a wheel is built from, without build/ or egg-info left by earlier builds."""
+    shutil.copy(ROOT / "pyproject.toml", dest)
+    shutil.copy(ROOT / "README.md", dest)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(ROOT / "cudalibs", dest / "cudalibs", ignore=ignore)
+    shutil.copytree(ROOT / "ptx", dest / "ptx", ignore=ignore)
+
+
+def test_the_wheel_ships_the_kernel_library(tmp_path):
+    from importlib import metadata
+
+    try:
+        have = tuple(int(x) for x in metadata.version("setuptools").split(".")[:2])
+    except metadata.PackageNotFoundError:
+        have = None
+    if have is None or have < (70, 1):
+        # Not a skip: the test extra installs it, and CI must not lose this check silently.
+        pytest.fail(f"building the wheel needs setuptools >= 70.1 (found {have}); "
+                    "pip install -e '.[cu13,test]' installs it")
+    src, out, site = tmp_path / "src", tmp_path / "dist", tmp_path / "site"
+    src.mkdir()
+    _copy_for_build(src)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                           "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = out.glob("cudalibs-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        z.extractall(site)
+    files = [p.name for p in (ROOT / "ptx").iterdir() if p.suffix in (".ptx", ".cu", ".cuh")]
+    assert files and all(f"cudalibs/_ptx/{name}" in names for name in files), sorted(names)
+    assert "cudalibs/_ptx/README.md" in names
+    # every module of the package is in the wheel
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "cudalibs").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert modules <= names, sorted(modules - names)
+    # the installed layout: cudalibs imported from the unpacked wheel finds its package data
+    check = ("import cudalibs, cudalibs.ptx as P; "
+             "print(cudalibs.__file__); print(P.DIRECTORY); "
+             "print(all(P.read_ptx(s).startswith(b'// cudalibs-ptx') and P.source_path(s).is_file()"
+             " for s in P.ENTRIES))")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    origin, directory, ok = proc.stdout.split()
+    assert Path(origin).is_relative_to(site) and Path(directory) == site / "cudalibs" / "_ptx"
+    assert ok == "True"
 
 
 def test_paths_refuse_unknown_files():
@@ -169,12 +260,20 @@ def test_nvrtc_compiles_each_source(stem):
     assert names == set(P.ENTRIES[stem])
 
 
-def test_build_script_runs_as_a_module():
+def test_build_script_help_runs_from_the_root():
+    # As the README says: `python ptx/build.py` in the root of a checkout, no install needed.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "ptx/build.py", "--help"], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: {build.COMMAND}")
+
+
+def test_build_script_runs():
     if not _tool("nvcc") or not _tool("ptxas"):
         pytest.skip("nvcc and ptxas are needed to rebuild")
-    proc = subprocess.run([os.sys.executable, "-m", "cudalibs.ptx.build", "--check", "layout"],
-                          capture_output=True, text=True,
-                          cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
+    proc = subprocess.run([sys.executable, "ptx/build.py", "--check", "layout"],
+                          capture_output=True, text=True, cwd=ROOT)
     assert "layout.ptx" in proc.stdout, proc.stderr
     assert proc.returncode in (0, 1)
 
@@ -217,7 +316,9 @@ def launches(monkeypatch):
     def record(device, name, grid, block, args, stream, shared_mem=0):
         calls.append((device, name, grid, block, args, stream))
 
-    monkeypatch.setattr(kernels, "_launch", record)
+    # Every wrapper launches through ptxlib.launch (channel_bias_act through
+    # ptxlib.launch_channel_bias_act, which calls it too): one interception point.
+    monkeypatch.setattr(ptxlib, "launch", record)
     return calls
 
 
@@ -264,7 +365,7 @@ def test_elementwise_launch_arguments(launches, dtype):
     assert kernels.fill(x, 0.3) is x
     assert kernels.relu_backward(x, y, out=out) is out
     names = [_check_launch(c)[0] for c in launches]
-    suf = kernels._SUFFIX[np.dtype(dtype)]
+    suf = ptxlib.SUFFIX[np.dtype(dtype)]
     assert names == [f"{op}_{suf}" for op in ("add", "axpy", "scale", "fill", "relu_backward")]
     # 15 elements: one block of 256 threads covers them (grid-stride loops do the rest).
     assert all(c[2] == (1, 1, 1) and c[3] == (256, 1, 1) for c in launches)
@@ -283,7 +384,7 @@ def test_fill_passes_exact_bits_for_16_bit_types(launches):
 
 
 def test_elementwise_grid_is_capped():
-    grid, block = kernels._elementwise_grid(DEV0, 10**9)
+    grid, block = ptxlib.elementwise_grid(DEV0, 10**9)
     assert grid == (132 * 16, 1, 1) and block == (256, 1, 1)
 
 
@@ -381,7 +482,8 @@ def _refuses(launches, exc, match, fn, *args, **kwargs):
 
 
 def test_bad_dtypes(launches):
-    _refuses(launches, TypeError, "supported: float32", kernels.add, fake((3,), np.int32),
+    _refuses(launches, TypeError, "add: x has dtype int32; supported: bfloat16, float16, "
+             "float32, float64", kernels.add, fake((3,), np.int32),
              fake((3,), np.int32), out=fake((3,), np.int32))
     _refuses(launches, TypeError, "x is float32 but y is float16", kernels.add, fake((3,), F32),
              fake((3,), F16))
@@ -391,7 +493,7 @@ def test_bad_dtypes(launches):
              fake((2, 2), F32))
     _refuses(launches, TypeError, "out_dtype", kernels.wmma_gemm, fake((2, 2), F16),
              fake((2, 2), F16), out_dtype=np.float64)
-    _refuses(launches, TypeError, "supported: float32, float16, bfloat16", kernels.softmax,
+    _refuses(launches, TypeError, "supported: bfloat16, float16, float32$", kernels.softmax,
              fake((2, 2), F64))
     _refuses(launches, TypeError, "1-byte elements", kernels.transpose, fake((2, 2), np.int8))
     _refuses(launches, TypeError, "16-byte elements", kernels.transpose,
@@ -448,6 +550,46 @@ def test_bad_layout_device_memory(launches):
              fake((1, 2, 1, 1), F32), *(fake((2,), F32) for _ in range(4)), eps=-1.0)
 
 
+@pytest.mark.parametrize("op,name,call", [
+    ("softmax", "x", lambda h, d: kernels.softmax(h)),
+    ("bias_gelu", "bias", lambda h, d: kernels.bias_gelu(d, h[0])),
+    ("add", "y", lambda h, d: kernels.add(d, h)),
+    ("add", "out", lambda h, d: kernels.add(d, d, out=h)),
+    ("transpose", "x", lambda h, d: kernels.transpose(h)),
+    ("matmul_tiled", "b", lambda h, d: kernels.matmul_tiled(d, h)),
+    ("wmma_gemm", "a", lambda h, d: kernels.wmma_gemm(h.astype(F16), d)),
+    ("batch_norm_relu_infer", "var", lambda h, d: kernels.batch_norm_relu_infer(
+        d.reshape(1, 4, 2, 2), d[0], d[1], d[2], h[3])),
+    ("channel_bias_act", "bias", lambda h, d: kernels.channel_bias_act(d.reshape(1, 4, 4),
+                                                                        h[0])),
+])
+def test_host_numpy_inputs_get_the_operand_message(launches, op, name, call):
+    """Host data is refused, before any launch, with the words every library uses."""
+    host = np.ones((4, 4), F32)
+    text = (f"{op}: {name} is a host numpy array; copy it to the GPU first with "
+            "cudalibs.to_device()")
+    with pytest.raises(TypeError) as info:
+        call(host, fake((4, 4), F32))
+    assert str(info.value) == text
+    assert launches == []
+
+
+def test_kernels_package_mirrors_the_ptx_sources():
+    """One wrapper module per PTX file; the package re-exports every public function, and
+    none of them is defined twice."""
+    import importlib
+
+    for stem in STEMS:
+        mod = importlib.import_module(f"cudalibs.kernels.{stem}")
+        for fn in mod.__all__:
+            assert getattr(kernels, fn) is getattr(mod, fn)
+    exported = [n for stem in STEMS
+                for n in importlib.import_module(f"cudalibs.kernels.{stem}").__all__]
+    assert len(exported) == len(set(exported))
+    assert sorted(exported + ["clear_cache"]) == sorted(kernels.__all__)
+    assert kernels.channel_bias_act.__doc__ and "Parameters" in kernels.channel_bias_act.__doc__
+
+
 def test_overlapping_outputs(launches):
     shared = _FakeBuffer(1 << 41)
     big = fake((8, 8), F32, buffer=shared)
@@ -471,33 +613,35 @@ def test_launcher_cache_is_bounded_per_thread_and_drops_closed_streams(monkeypat
             prepared.append((grid, stream))
             return lambda *args: None
 
-    monkeypatch.setattr(kernels, "_kernel", lambda device, name: Kernel())
-    kernels.clear_cache()
+    monkeypatch.setattr(ptxlib, "kernel", lambda device, name: Kernel())
+    ptxlib.clear_cache()
     s1 = cl.default_stream()
-    for i in range(kernels._Cache.MAX_LAUNCHERS + 10):
-        kernels._launch(DEV0, "add_f32", (i + 1, 1, 1), (256, 1, 1), (), s1)
-    assert len(kernels._cache.launchers()) == kernels._Cache.MAX_LAUNCHERS
+    limit = ptxlib._Cache.MAX_LAUNCHERS
+    for i in range(limit + 10):
+        ptxlib.launch(DEV0, "add_f32", (i + 1, 1, 1), (256, 1, 1), (), s1)
+    assert len(ptxlib._cache.launchers()) == limit
     n = len(prepared)
-    last = (kernels._Cache.MAX_LAUNCHERS + 10, 1, 1)
-    kernels._launch(DEV0, "add_f32", last, (256, 1, 1), (), s1)
+    last = (limit + 10, 1, 1)
+    ptxlib.launch(DEV0, "add_f32", last, (256, 1, 1), (), s1)
     assert len(prepared) == n  # cached
     # Another wrapper of the same live handle (as a foreign stream gets per call) reuses it.
     other = type(s1)._wrap(0, None, None)
-    kernels._launch(DEV0, "add_f32", last, (256, 1, 1), (), other)
+    ptxlib.launch(DEV0, "add_f32", last, (256, 1, 1), (), other)
     assert len(prepared) == n
     # A closed stream's launcher is never reused, whatever the handle.
     closed = type(s1)._wrap(12345, None, None)
-    kernels._launch(DEV0, "add_f32", last, (256, 1, 1), (), closed)
-    closed._alive[0] = False
+    ptxlib.launch(DEV0, "add_f32", last, (256, 1, 1), (), closed)
+    closed.close()   # a wrapped handle: closing destroys nothing, only marks it closed
+    assert closed.closed
     fresh = type(s1)._wrap(12345, None, None)
-    kernels._launch(DEV0, "add_f32", last, (256, 1, 1), (), fresh)
+    ptxlib.launch(DEV0, "add_f32", last, (256, 1, 1), (), fresh)
     assert prepared[-2:] == [(last, closed), (last, fresh)]
     # Another thread gets launchers of its own.
     import threading
 
-    t = threading.Thread(target=kernels._launch, args=(DEV0, "add_f32", last, (256, 1, 1), (), s1))
+    t = threading.Thread(target=ptxlib.launch, args=(DEV0, "add_f32", last, (256, 1, 1), (), s1))
     t.start()
     t.join()
     assert prepared[-1] == (last, s1) and len(prepared) == n + 3
-    kernels.clear_cache()
-    assert len(kernels._cache.launchers()) == 0
+    ptxlib.clear_cache()
+    assert len(ptxlib._cache.launchers()) == 0

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cublas
 from cudalibs import testing as T
+from cudalibs.driver.plan import cache as plan_cache
 
 from ._util import LAYOUTS, on_device, poisoned
 
@@ -157,10 +158,10 @@ def test_repeat_calls_reuse_the_plan(device, rng):
     a = cl.to_device(T.random_array((64, 64), np.float32, rng=rng))
     b = cl.to_device(T.random_array((64, 64), np.float32, rng=rng))
     cublas.gemm(a, b)
-    n_plans = len(_gemm_module()._plans)
+    n_plans = len(plan_cache.entries("gemm"))
     for _ in range(5):
         r = cublas.gemm(a, b)
-    assert len(_gemm_module()._plans) == n_plans
+    assert len(plan_cache.entries("gemm")) == n_plans
     T.assert_close(r, T.ref.gemm(a.get(), b.get()), np.float32)
 
 
@@ -289,9 +290,9 @@ def test_replay_computes_what_the_call_would(device, rng, dtype):
         # another scalar is another call (and another graph from its second occurrence on)
         cublas.gemm(a, b, out, alpha=0.5, beta=0.0, stream=s, replay=True)
         T.assert_close(out.get(stream=s), 0.5 * T.ref.gemm(ah, bh), dtype, msg=f"alpha {i}")
-    plan = next(p for p in gemm_mod._plans.values()
-                if p.replays and p.out_shape == (33, 17) and p.out_dtype == dt)
-    graphs = [e for e in plan.replays.values() if e is not None]
+    plan = next(e.plan for e in plan_cache.entries("gemm")
+                if e.plan.replays and e.key["out_shape"] == (33, 17) and e.key["a_dtype"] == dt)
+    graphs = [e for e in plan.replays.values() if isinstance(e, gemm_mod._Replay)]
     assert len(graphs) == 2, plan.replays
     # strided-batched, allocating: the pool hands the same block back, so the graph serves it
     a3 = cl.to_device(T.random_array((5, 8, 6), dt, rng=rng), stream=s)

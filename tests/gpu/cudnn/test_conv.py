@@ -17,6 +17,7 @@ from cudalibs.cudnn.descriptors import layouts_of
 from cudalibs import cudnn
 from cudalibs import testing as T
 from cudalibs.cudnn import conv as conv_mod
+from cudalibs.cudnn import conv_graph
 from cudalibs.testing import ref
 
 from ._helpers import FLOATS, GPU, is_channels_last, poisoned, rand
@@ -27,8 +28,8 @@ def backend(request, monkeypatch):
     """Run the test on the graph API (legacy fallbacks allowed) and on the legacy API only."""
     monkeypatch.setattr(conv_mod, "GRAPH_API", request.param == "graph")
     # one runtime-compiled candidate per search keeps the many small problems here quick
-    monkeypatch.setattr(conv_mod, "FIND_MAX_COMPILED", 1)
-    monkeypatch.setattr(conv_mod, "FIND_MAX_PLANS", 4)
+    monkeypatch.setattr(conv_graph, "FIND_MAX_COMPILED", 1)
+    monkeypatch.setattr(conv_graph, "FIND_MAX_PLANS", 4)
     return request.param
 
 
@@ -57,7 +58,7 @@ def _params(p):
 
 
 def _plan_note(op):
-    plans = [v for k, v in cudnn.algo_cache().items() if k[0] == op]
+    plans = [e.plan for e in cudnn.algo_cache() if e.plan.op == op]
     return repr(plans[-1]) if plans else "no plan"
 
 
@@ -114,8 +115,8 @@ def test_conv_backward_filter(device, p, dtype, cl_, det, seed):
     want = ref.conv_backward_filter(xh, dyh, p["w"], **_params(p))
     T.assert_close(dw, want, dtype, msg=_plan_note("backward_filter"))
     if det:
-        plan = [v for k, v in cudnn.algo_cache().items()
-                if k[0] == "backward_filter" and k[13] is True][-1]
+        plan = [e.plan for e in cudnn.algo_cache()
+                if e.plan.op == "backward_filter" and e.key["deterministic"] is True][-1]
         assert plan.deterministic, repr(plan)
         if plan.backend == "graph":
             assert "nondeterministic" not in plan.notes, repr(plan)
@@ -203,6 +204,11 @@ def test_tf32_math_is_opt_in(device, rng):
     T.assert_close(y, want, np.float32, msg=_plan_note("forward"))
 
 
+def _cached():
+    """``{raw key: plan}`` of the cached convolution plans."""
+    return {e.raw_key: e.plan for e in cudnn.algo_cache()}
+
+
 def test_plan_is_cached_and_find_never_touches_out(device, rng, backend):
     cudnn.clear_algo_cache()
     xh, x = rand((2, 4, 9, 9), "float32", rng)
@@ -212,33 +218,32 @@ def test_plan_is_cached_and_find_never_touches_out(device, rng, backend):
     # (beta != 0 always runs a legacy plan: the graph bakes beta into its operation)
     cudnn.conv_forward(x, w, padding=1, out=out, beta=1.0)
     T.assert_close(out, ref.conv_forward(xh, wh, padding=1) + oh, np.float32)
-    plans = dict(cudnn.algo_cache())
+    plans = _cached()
     assert len(plans) == 1
     (plan,) = plans.values()
-    assert plan.op == "forward" and plan.source == "find" and "ConvPlan" in repr(plan)
-    assert plan.backend == "legacy"
-    # the default scaling is another key (graph-eligible when the switch is on): one new plan
+    assert plan.op == "forward" and plan.source == "find" and isinstance(plan, cudnn.ConvPlan)
+    assert "ConvForwardPlan" in repr(plan) and plan.backend == "legacy"
+    # the default scaling is another key (alpha and beta are fixed per plan): one new plan
     cudnn.conv_forward(x, w, padding=1, out=out)
-    plans2 = dict(cudnn.algo_cache())
+    plans2 = _cached()
+    assert len(plans2) == 2
+    (plan2,) = [v for v in plans2.values() if v is not plan]
     if backend == "graph":
-        assert len(plans2) == 2
-        (plan2,) = [v for v in plans2.values() if v is not plan]
         # a graph plan, or a legacy one that says why the graph API could not serve it
         assert plan2.backend == "graph" or plan2.fallback, repr(plan2)
-    else:  # legacy only: alpha/beta are call arguments, one plan serves both
-        assert plans2 == plans
-        plan2 = plan
+    else:
+        assert plan2.backend == "legacy"
     n_desc = cudnn.descriptor_cache_size()
     for _ in range(3):
         cudnn.conv_forward(x, w, padding=1, out=out)
-    assert dict(cudnn.algo_cache()) == plans2
+    assert _cached() == plans2
     assert cudnn.descriptor_cache_size() == n_desc
     T.assert_close(out, ref.conv_forward(xh, wh, padding=1), np.float32, msg=repr(plan2))
     # and beta=1 again reuses the first (legacy) plan, not the graph one
     oh2, out2 = rand((2, 8, 9, 9), "float32", rng)
     cudnn.conv_forward(x, w, padding=1, out=out2, beta=1.0)
     T.assert_close(out2, ref.conv_forward(xh, wh, padding=1) + oh2, np.float32)
-    assert dict(cudnn.algo_cache()) == plans2
+    assert _cached() == plans2
 
 
 def test_workspace_limit_and_explicit_algorithms(device, rng):
@@ -247,7 +252,7 @@ def test_workspace_limit_and_explicit_algorithms(device, rng):
     want = ref.conv_forward(xh, wh, padding=1)
     y = cudnn.conv_forward(x, w, padding=1, workspace_limit=0)
     T.assert_close(y, want, np.float16)
-    plan = [v for k, v in cudnn.algo_cache().items() if k[14] == 0][-1]
+    plan = [e.plan for e in cudnn.algo_cache() if e.key["workspace_limit"] == 0][-1]
     assert plan.workspace_size == 0
     for algo in ("implicit_precomp_gemm", "heuristic", 1):
         T.assert_close(cudnn.conv_forward(x, w, padding=1, algo=algo), want, np.float16)

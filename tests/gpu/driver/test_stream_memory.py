@@ -299,7 +299,7 @@ def test_buffer_byte_transfers(device, rng):
 
 
 def test_pinned_memory_is_recognised(device):
-    from cudalibs.driver.array import _is_pinned
+    from cudalibs.driver.memory import is_pinned as _is_pinned
 
     assert _is_pinned(cl.pinned_empty((4,)).ctypes.data)
     assert not _is_pinned(np.empty(4).ctypes.data)

@@ -14,6 +14,7 @@ import cudalibs as cl
 from cudalibs import kernels as K
 from cudalibs import ptx as P
 from cudalibs import testing as T
+from cudalibs.driver import ptxlib
 from cudalibs.testing import ref
 
 GPU = settings(max_examples=20, deadline=None,
@@ -51,7 +52,7 @@ def test_every_entry_loads_and_fits_its_block(device, stem):
     largest_block = {"wmma": 128, "softmax": 512, "matmul": 256, "layout": 256,
                      "elementwise": 256}[stem]
     for name in P.ENTRIES[stem]:
-        k = K._kernel(device, name)
+        k = ptxlib.kernel(device, name)
         assert k.max_threads_per_block >= largest_block, (name, k.attributes())
         print(name, k.attributes())
 
@@ -440,8 +441,8 @@ def test_launch_prepared_and_graph_replay_agree(device):
     n = 10_001
     x, y = rand(n, F32, rng), rand(n, F32, rng)
     dx, dy = cl.to_device(x), cl.to_device(y)
-    kernel = K._kernel(device, "add_f32")
-    grid, block = K._elementwise_grid(device, n)
+    kernel = ptxlib.kernel(device, "add_f32")
+    grid, block = ptxlib.elementwise_grid(device, n)
     s = cl.Stream(device)
     outs = [poisoned(n, F32) for _ in range(3)]
     kernel.launch(grid, block, dx, dy, outs[0], n, stream=s)

@@ -1,10 +1,10 @@
 """Regenerate (or check) the PTX of the kernel library from its CUDA C sources.
 
-Usage::
+Usage, in the root of a checkout::
 
-    python -m cudalibs.ptx.build            # rewrite every .ptx from its .cu
-    python -m cudalibs.ptx.build --check    # exit 1 if a committed .ptx differs from a rebuild
-    python -m cudalibs.ptx.build --ptxas /path/to/cuda-12.0/ptxas   # validate with another ptxas
+    python ptx/build.py            # rewrite every .ptx from its .cu
+    python ptx/build.py --check    # exit 1 if a committed .ptx differs from a rebuild
+    python ptx/build.py --ptxas /path/to/cuda-12.0/ptxas   # validate with another ptxas
 
 Each ``name.cu`` is compiled with ``nvcc -ptx -arch=compute_75 -O3 -std=c++17``, the ``.version``
 line nvcc writes (9.0 for nvcc 13) is lowered to :data:`PTX_VERSION`, and the result is
@@ -15,7 +15,8 @@ release and the command, so a test can tell that a committed PTX matches its sou
 a compiler, and a rebuild with the same nvcc reproduces the file byte for byte.
 
 The build needs nvcc and ptxas (on ``PATH``, or ``--nvcc`` / ``--ptxas``); using the kernels
-needs neither.
+needs neither.  The script builds the files in its own directory, and takes the list of kernels
+each file must define from :data:`cudalibs.ptx.ENTRIES`.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import DIRECTORY, ENTRIES
+#: The directory of the sources and the PTX built from them: this script's own.
+DIRECTORY = Path(__file__).resolve().parent
 
-__all__ = ["PTX_VERSION", "TARGET", "NVCC_FLAGS", "build", "generate", "validate",
-           "nvcc_release", "parse_header", "source_hashes", "main"]
+if __name__ == "__main__":
+    # Run as a script: the cudalibs of the checkout this file belongs to, not another copy.
+    sys.path.insert(0, str(DIRECTORY.parent))
+
+from cudalibs.ptx import ENTRIES  # noqa: E402
+
+__all__ = ["PTX_VERSION", "TARGET", "NVCC_FLAGS", "COMMAND", "DIRECTORY", "build", "generate",
+           "validate", "nvcc_release", "parse_header", "source_hashes", "tag_line", "main"]
 
 #: The PTX ISA version every shipped file declares: the newest the CUDA 12.0 driver loads.
 PTX_VERSION = "8.0"
@@ -42,6 +50,8 @@ TARGET = "sm_75"
 #: nvcc options, after ``-ptx``.  No ``--use_fast_math``: expf/tanhf/division stay IEEE-accurate
 #: so the float32 results meet the 1e-5 tolerance of the tests.
 NVCC_FLAGS = ("-arch=compute_75", "-O3", "-std=c++17")
+#: How to run this script; the first line of every generated file names it.
+COMMAND = "python ptx/build.py"
 
 _HEADER_TAG = "// cudalibs-ptx"
 _VERSION_RE = re.compile(r"^\.version\s+(\d+)\.(\d+)\s*$", re.M)
@@ -118,6 +128,11 @@ def parse_header(ptx: str) -> dict:
     return rec
 
 
+def tag_line(cu: str) -> str:
+    """The first line of the PTX generated from ``cu``: what made it, and not to edit it."""
+    return f"{_HEADER_TAG}: generated from {cu} by `{COMMAND}`; do not edit."
+
+
 def generate(stem: str, *, nvcc: str | None = None, directory: Path = DIRECTORY) -> str:
     """Compile ``stem.cu`` and return the text of its ``.ptx`` (header included, not written).
 
@@ -148,7 +163,7 @@ def generate(stem: str, *, nvcc: str | None = None, directory: Path = DIRECTORY)
     if (int(m.group(1)), int(m.group(2))) > want:
         body = body[:m.start()] + f".version {PTX_VERSION}" + body[m.end():]
     header = [
-        f"{_HEADER_TAG}: generated from {cu} by `python -m cudalibs.ptx.build`; do not edit.",
+        tag_line(cu),
         *(f"// source-sha256: {name} {digest}"
           for name, digest in source_hashes(stem, directory).items()),
         f"// nvcc: {release}",
@@ -210,7 +225,7 @@ def build(stems=None, *, nvcc: str | None = None, ptxas: str | None = None,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cudalibs.ptx.build", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("stems", nargs="*", help=f"files to build (default all: {', '.join(ENTRIES)})")
     parser.add_argument("--check", action="store_true",
                         help="compare with the committed PTX instead of writing; exit 1 on a difference")

@@ -1,0 +1,54 @@
+"""Python wrappers of the shipped kernel library (the ``ptx/`` sources), one module per PTX
+file: :mod:`~cudalibs.kernels.elementwise`, :mod:`~cudalibs.kernels.matmul`,
+:mod:`~cudalibs.kernels.softmax`, :mod:`~cudalibs.kernels.layout`,
+:mod:`~cudalibs.kernels.wmma`; every function is re-exported here.
+
+One function per operation, taking :class:`~cudalibs.DeviceArray` objects (or anything
+:func:`cudalibs.asarray` accepts: PyTorch and CuPy arrays, any ``__cuda_array_interface__`` or
+DLPack producer), with numpy's row-major semantics::
+
+    >>> import numpy as np, cudalibs as cl
+    >>> from cudalibs import kernels as K
+    >>> x = cl.to_device(np.random.rand(4, 1000).astype(np.float32))   # doctest: +SKIP
+    >>> K.softmax(x).get().sum(axis=-1)                                  # doctest: +SKIP
+    array([1., 1., 1., 1.], dtype=float32)
+
+Every wrapper checks its inputs before any driver call, through the driver's one operand path
+(host data, closed memory, dtype, shape, C-contiguity, device) and then its own rules (overlap
+between inputs and output, 32-bit sizes), and raises ``TypeError``/``ValueError`` (or
+:class:`~cudalibs.ClosedError`) as ``"<op>: <argument> ..."``.  ``out`` is optional: when
+omitted it is allocated stream-ordered on the work's stream.  ``stream=None`` means the
+thread's current stream.  Empty inputs return at once, launching nothing.
+
+Loading and launching belong to :mod:`cudalibs.driver.ptxlib`: the PTX of a file is loaded
+once per device, on the first call that needs it; each (kernel, grid, block, stream) gets a
+prepared launcher, kept in a bounded per-thread cache (a launcher of a closed stream is never
+reused), so a repeated call with the same shapes only writes its arguments and launches.  The
+wrappers keep no state of their own: any number of threads may call them at once, each on its
+own stream.
+
+Supported element types, by operation:
+
+=======================================  ===========================================
+add, axpy, scale, fill, relu_backward    float32, float64, float16, bfloat16
+bias_relu, bias_gelu, channel_bias_act,  float32, float16, bfloat16 (computed in float32)
+softmax, log_softmax,                    (batch-norm parameters: float32)
+batch_norm_relu_infer
+matmul_naive, matmul_tiled, bmm          float32
+wmma_gemm                                float16 in; float32 or float16 out
+transpose, nchw_to_nhwc, nhwc_to_nchw    any 2-, 4- or 8-byte type
+=======================================  ===========================================
+"""
+
+from ..driver.ptxlib import clear_cache
+from .elementwise import (add, axpy, batch_norm_relu_infer, bias_gelu, bias_relu,
+                          channel_bias_act, fill, relu_backward, scale)
+from .layout import nchw_to_nhwc, nhwc_to_nchw, transpose
+from .matmul import bmm, matmul_naive, matmul_tiled
+from .softmax import log_softmax, softmax
+from .wmma import wmma_gemm
+
+__all__ = ["add", "axpy", "scale", "fill", "matmul_naive", "matmul_tiled", "bmm", "softmax",
+           "log_softmax", "transpose", "nchw_to_nhwc", "nhwc_to_nchw", "bias_relu",
+           "bias_gelu", "channel_bias_act", "batch_norm_relu_infer", "relu_backward",
+           "wmma_gemm", "clear_cache"]
