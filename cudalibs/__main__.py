@@ -115,8 +115,9 @@ def report(out=sys.stdout) -> bool:
     ok = True
     try:
         major, minor = _core.driver_version()
-        info = _loader.loaded()["cuda"]
-        w(f"driver: CUDA {major}.{minor} ({info.path or 'libcuda'})\n")
+        # A library bound before the loader's record was reset has no record: say so.
+        info = _loader.loaded().get("cuda")
+        w(f"driver: CUDA {major}.{minor} ({(info and info.path) or 'libcuda'})\n")
         have_driver = True
     except CudaLibsError as exc:
         w("driver: no NVIDIA driver found\n")
@@ -142,8 +143,9 @@ def report(out=sys.stdout) -> bool:
     for name, version in _library_versions().items():
         try:
             v = version()
-            info = _loader.loaded()[name]
-            w(f"  {name:<9} {v:<10} {info.origin:<15} {info.path}\n")
+            info = _loader.loaded().get(name)
+            origin, path = (info.origin, info.path) if info else ("(loaded)", "")
+            w(f"  {name:<9} {v:<10} {origin:<15} {path}\n")
         except LibraryNotFoundError as exc:
             w(f"  {name:<9} not available: {str(exc).splitlines()[0]}\n")
             # A CUDALIBS_<NAME>_PATH that does not load is fixed there, not by installing.

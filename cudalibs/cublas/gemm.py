@@ -54,7 +54,7 @@ from . import _lib
 from ._base import raise_for, version
 from ._common import (INT_MAX, SUPPORTED, GemmArgs, alignment, combo, gemm_args, scalar,
                       split_batch)
-from .handle import (WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer, lt_handle,
+from .handle import (WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer, cublas_handle, lt_handle,
                      thread_handle, workspace)
 
 __all__ = ["gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
@@ -516,6 +516,15 @@ def _lt_prepare(p):
     ``cublasLtMatmul``; False (kept) when cuBLASLt offers no algorithm for it."""
     from .lt import Matmul
 
+    # Once per plan, under its lock: two threads preparing at once would each replace the
+    # other's Matmul, freeing descriptors the other is about to pass to cuBLASLt.
+    with p._plan_lock:
+        if p.lt is not None:
+            return p.lt
+        return _lt_build(p, Matmul)
+
+
+def _lt_build(p, Matmul):
     row = p.combo
     a_shape, a_strides, dt = p._a_desc
     b_shape, b_strides, _ = p._b_desc
@@ -633,7 +642,8 @@ def _replay(p, rkey, dev, s, call) -> bool:
         entry.exec = g.instantiate()
     finally:
         g.close()           # the executable graph is independent of it
-    entry.raw = c_void_p(entry.exec.handle)
+    # The driver's own handle type, as cuGraphLaunch's prototype declares it.
+    entry.raw = ctypes.cast(c_void_p(entry.exec.handle), _drv.CUgraphExec)
     entry.workspace, entry.stream = ws, weakref.ref(s)
     p.replays[rkey] = entry
     return _replay(p, rkey, dev, s, call)

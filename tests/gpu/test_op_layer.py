@@ -173,7 +173,8 @@ def test_kernel_launch_cache_does_not_keep_a_dropped_stream_alive(device):
     s.sync()
     want = y.get()
     r = weakref.ref(s)
-    del s
+    # y's memory is freed on the stream it was allocated on, so y holds s: drop both.
+    del s, y
     gc.collect()
     assert r() is None, "the launcher cache kept an unreferenced stream alive"
     s2 = cl.Stream()   # may reuse the handle value: must get a launcher of its own
