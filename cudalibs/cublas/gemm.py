@@ -277,6 +277,7 @@ class GemmPlan(Plan):
                      not (self.batch == 1 and len(self.out_shape) == 2), *_ext(self.a_ext),
                      *_ext(self.b_ext), *_ext(self.c_ext), args.copy_a, args.copy_b)
         # The cuBLASLt route: built on first use (None), then a prepared call or False.
+        self.lt_lock = threading.Lock()
         self.lt = None if (row.ab in _LT_TYPES and not args.copy_a and not args.copy_b
                            and min(args.m, args.n, args.k) > 0) else False
         self._a_desc = (a._shape, a._strides, a._dtype)
@@ -518,7 +519,7 @@ def _lt_prepare(p):
 
     # Once per plan, under its lock: two threads preparing at once would each replace the
     # other's Matmul, freeing descriptors the other is about to pass to cuBLASLt.
-    with p._plan_lock:
+    with p.lt_lock:
         if p.lt is not None:
             return p.lt
         return _lt_build(p, Matmul)
