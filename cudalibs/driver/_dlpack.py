@@ -13,6 +13,8 @@ import weakref
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
                     c_uint8, c_uint16, c_uint32, c_uint64, c_void_p, py_object)
 
+from .._ffi import defer
+
 kDLCPU = 1
 kDLCUDA = 2
 kDLCUDAHost = 3
@@ -159,6 +161,11 @@ def export(ptr: int, shape, strides_elems, dl_dtype, device_type: int, device_id
 
 
 def _call_deleter(deleter, addr):
+    # The producer's deleter may free or record on a stream (PyTorch's caching allocator
+    # does): the garbage collector can run it in the middle of a graph capture, where such a
+    # call invalidates the capture, so it waits for the capture's end like every release.
+    if defer(_call_deleter, (deleter, addr)):
+        return
     deleter(addr)
 
 
