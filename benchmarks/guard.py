@@ -11,9 +11,12 @@ rounds (so host and clock drift fall on both alike), and keeps each figure's med
 - ``benchmarks/gemm.py``: the 64x64 fp32 host-cost table and the strided-batched table;
 - ``benchmarks/conv.py``: host time of a cuDNN convolution cache hit.
 
-It prints one table: each figure before and after, and after/before (below 1.00 is faster).
-Each checkout's own benchmark code measures it, so the figures are what that version's
-benchmarks print.
+It prints one table: each figure before and after, after/before (below 1.00 is faster), and
+the same ratio divided by the peer's (torch's) ratio from the same processes, which takes out
+how fast the host happened to be for each process (seen to move every figure, torch's too, by
+a third from one process to the next).  ``--cpu N`` pins every process to one core.  Each
+checkout's own benchmark code measures it, so the figures are what that version's benchmarks
+print.
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ import _common as common  # noqa: E402
 # Runs inside the checkout being measured (cwd and sys.path set to it); prints one JSON object
 # {label: microseconds}.
 _PROBE = r"""
-import json, sys, subprocess, io, contextlib
+import json, os, sys, subprocess, io, contextlib
+if os.environ.get("GUARD_CPU"):
+    # One core for every process of both checkouts: where the scheduler puts a process
+    # moved the figures by a third between runs.
+    os.sched_setaffinity(0, {int(os.environ["GUARD_CPU"])})
 sys.path.insert(0, "benchmarks")
 import _common as common
 import cudalibs as cl
@@ -97,8 +104,19 @@ print("GUARD-JSON " + json.dumps(out))
 """
 
 
-def _measure(tree: Path) -> dict:
+#: The peer figure measured in the same process, per table, that normalises its rows.
+_REFERENCE = {
+    "gemm 64x64": "gemm 64x64: torch.matmul",
+    "strided-batched": "strided-batched: torch.bmm",
+    "conv cache hit (graph)": "conv cache hit: torch F.conv2d",
+    "conv cache hit (legacy)": "conv cache hit: torch F.conv2d",
+}
+
+
+def _measure(tree: Path, cpu=None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
+    if cpu is not None:
+        env["GUARD_CPU"] = str(cpu)
     p = subprocess.run([sys.executable, "-c", _PROBE], cwd=tree, env=env, capture_output=True,
                        text=True)
     for line in p.stdout.splitlines():
@@ -114,6 +132,8 @@ def main() -> int:
     ap.add_argument("--after", default=str(HERE.parent), help="the newer checkout (this one)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", help="also write every sample here")
+    ap.add_argument("--cpu", type=int, default=None,
+                    help="pin every measuring process to this core")
     args = ap.parse_args()
     common.exit_if_no_gpu("benchmarks/guard.py")
     trees = {"before": Path(args.before).resolve(), "after": Path(args.after).resolve()}
@@ -121,23 +141,27 @@ def main() -> int:
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
         for name in order:
-            for k, v in _measure(trees[name]).items():
+            for k, v in _measure(trees[name], args.cpu).items():
                 samples[name].setdefault(k, []).append(v)
     if args.json:
         Path(args.json).write_text(json.dumps(samples, indent=1))
     labels = list(dict.fromkeys([*samples["before"], *samples["after"]]))
+    med = {n: {k: statistics.median(v) for k, v in samples[n].items() if v} for n in samples}
     rows = []
     for k in labels:
-        b = samples["before"].get(k)
-        a = samples["after"].get(k)
-        bm = statistics.median(b) if b else None
-        am = statistics.median(a) if a else None
+        bm, am = med["before"].get(k), med["after"].get(k)
         ratio = f"{am / bm:.3f}" if bm and am else common.NA
+        # The same ratio with the host's speed taken out: divided by what the peer measured in
+        # the same processes (torch's call of that table), where the table has one.
+        ref = _REFERENCE.get(k.split(":")[0])
+        rb, ra = (med["before"].get(ref), med["after"].get(ref)) if ref else (None, None)
+        norm = (f"{(am / bm) / (ra / rb):.3f}" if bm and am and rb and ra and k != ref
+                else common.NA)
         rows.append([k, common.NA if bm is None else f"{bm:.2f}",
-                     common.NA if am is None else f"{am:.2f}", ratio])
+                     common.NA if am is None else f"{am:.2f}", ratio, norm])
     print(f"# Hot-path guard: median of {args.rounds} alternating rounds; µs per call\n")
-    print(common.markdown_table(["figure", "before µs", "after µs", "after/before"], rows,
-                                right={1, 2, 3}))
+    print(common.markdown_table(["figure", "before µs", "after µs", "after/before",
+                                 "after/before vs torch"], rows, right={1, 2, 3, 4}))
     return 0
 
 

@@ -581,7 +581,7 @@ class _Replay:
     """A captured call: its executable graph, the workspace buffer it was captured with and
     the stream object it replays on (both checked before each launch)."""
 
-    __slots__ = ("exec", "raw", "workspace", "stream")
+    __slots__ = ("exec", "raw", "workspace", "stream", "launch", "set_ctx")
 
 
 def _replay(p, rkey, dev, s, call) -> bool:
@@ -600,8 +600,8 @@ def _replay(p, rkey, dev, s, call) -> bool:
         if type(entry) is _Replay:
             if entry.stream() is s and not s.closed and \
                     entry.workspace is _workspace_buffer(dev, s):
-                _drv.get().cuCtxSetCurrent(dev._ctx)
-                st = _drv.get().cuGraphLaunch(entry.raw, s._h)
+                entry.set_ctx(dev._ctx)
+                st = entry.launch(entry.raw, s._h)
                 if st:
                     _drv_raise(st, "cuGraphLaunch")
                 return True
@@ -643,8 +643,11 @@ def _replay(p, rkey, dev, s, call) -> bool:
         entry.exec = g.instantiate()
     finally:
         g.close()           # the executable graph is independent of it
-    # The driver's own handle type, as cuGraphLaunch's prototype declares it.
-    entry.raw = ctypes.cast(c_void_p(entry.exec.handle), _drv.CUgraphExec)
+    # Bound once per graph: the unchecked entry point takes the prepared c_void_p without a
+    # ctypes conversion per launch (the CPU tests check its arguments against the prototype).
+    L = _drv.get()
+    entry.raw = c_void_p(entry.exec.handle)
+    entry.launch, entry.set_ctx = L.unchecked("cuGraphLaunch"), L.cuCtxSetCurrent
     entry.workspace, entry.stream = ws, weakref.ref(s)
     p.replays[rkey] = entry
     return _replay(p, rkey, dev, s, call)

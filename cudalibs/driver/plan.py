@@ -131,7 +131,6 @@ class PlanCache:
         self._d: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
         self._maxsize = _default_size() if maxsize is None else self._check_size(maxsize)
-        self.hits = 0
         self.misses = 0
         self.evictions = 0
 
@@ -170,9 +169,8 @@ class PlanCache:
                 self._d.move_to_end(key)
             except KeyError:   # evicted by another thread just now; still usable by us
                 pass
-            self.hits += 1
         else:
-            self.misses += 1
+            self.misses += 1     # counted on misses only: a hit pays for nothing it needn't
         return p
 
     def put(self, key, plan):
@@ -244,7 +242,7 @@ class PlanCache:
     def __repr__(self) -> str:
         kinds = ", ".join(f"{k}: {n}" for k, n in sorted(self.kinds().items())) or "empty"
         return (f"<PlanCache {len(self._d)}/{self._maxsize} plans ({kinds}); "
-                f"{self.hits} hits, {self.misses} misses, {self.evictions} evicted>")
+                f"{self.misses} misses, {self.evictions} evicted>")
 
 
 def _kind_name(key) -> str:
