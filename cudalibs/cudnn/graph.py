@@ -40,7 +40,7 @@ from ._base import last_error_string, raise_for
 
 __all__ = ["BackendDescriptor", "EngineConfig", "ExecutionPlan", "tensor", "convolution",
            "conv_operation", "pointwise", "pointwise_operation", "operation_graph",
-           "engine_configs", "execution_plan", "variant_pack", "attribute_name",
+           "engine_configs", "execution_plan", "variant_pack", "make", "attribute_name",
            "descriptor_type_name", "NUMERICAL_NOTES", "BEHAVIOR_NOTES", "CONV_OPS"]
 
 
@@ -86,7 +86,16 @@ _ELEMENT = {
     _lib.CUDNN_TYPE_POINTWISE_MODE: ctypes.c_int,
     _lib.CUDNN_TYPE_BACKEND_DESCRIPTOR: _lib.cudnnBackendDescriptor_t,
     _lib.CUDNN_TYPE_BEHAVIOR_NOTE: ctypes.c_int,
+    _lib.CUDNN_TYPE_INT32: ctypes.c_int32,
+    _lib.CUDNN_TYPE_CHAR: ctypes.c_char,
 }
+# Every other enum-valued attribute type is a C enum: an int.
+for _t in ("NAN_PROPOGATION", "LAYOUT_TYPE", "ATTRIB_NAME", "GENSTATS_MODE",
+           "BN_FINALIZE_STATS_MODE", "REDUCTION_OPERATOR_TYPE", "TENSOR_REORDERING_MODE",
+           "RESAMPLE_MODE", "PADDING_MODE", "SIGNAL_MODE", "NORM_MODE", "NORM_FWD_PHASE",
+           "RNG_DISTRIBUTION"):
+    _ELEMENT[getattr(_lib, "CUDNN_TYPE_" + _t)] = ctypes.c_int
+del _t
 
 
 class BackendDescriptor(OwnedHandle):
@@ -213,8 +222,13 @@ class BackendDescriptor(OwnedHandle):
         return f"<BackendDescriptor {descriptor_type_name(self.kind)} {state}>"
 
 
-def _make(kind, *attrs, finalize=True) -> BackendDescriptor:
-    """A descriptor with ``(attr, type, values)`` triples set (and finalized)."""
+def make(kind, *attrs, finalize=True) -> BackendDescriptor:
+    """A descriptor of ``kind`` with ``(attr, type, values)`` triples set, then finalized
+    (unless ``finalize`` is False); closed again if any step fails.
+
+    The generic builder behind every specific one here; operations this module has no
+    builder for (norms, RNG...) are made with it where they are used.
+    """
     d = BackendDescriptor(kind)
     try:
         for attr, atype, values in attrs:
@@ -237,7 +251,7 @@ def data_type(dtype) -> int:
 
 
 def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
-           virtual: bool = False) -> BackendDescriptor:
+           virtual: bool = False, by_value: bool = False) -> BackendDescriptor:
     """A finalized tensor descriptor.
 
     Parameters
@@ -251,6 +265,9 @@ def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
         Byte alignment every pointer bound to it will have.
     virtual : bool
         An intermediate that lives only inside a fused kernel (no pointer).
+    by_value : bool
+        A scalar passed by value: the variant pack binds a *host* pointer to it, read when
+        the plan is executed (an epsilon, a scale).
     """
     dims, strides = [int(v) for v in dims], [int(v) for v in strides]
     if len(dims) != len(strides) or not 1 <= len(dims) <= _lib.CUDNN_DIM_MAX:
@@ -262,13 +279,15 @@ def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
     if alignment < 1 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, got {alignment}")
     T = _lib
-    return _make(T.CUDNN_BACKEND_TENSOR_DESCRIPTOR,
+    return make(T.CUDNN_BACKEND_TENSOR_DESCRIPTOR,
                  (T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE, data_type(dtype)),
                  (T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64, dims),
                  (T.CUDNN_ATTR_TENSOR_STRIDES, T.CUDNN_TYPE_INT64, strides),
                  (T.CUDNN_ATTR_TENSOR_UNIQUE_ID, T.CUDNN_TYPE_INT64, int(uid)),
                  (T.CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, T.CUDNN_TYPE_INT64, int(alignment)),
-                 (T.CUDNN_ATTR_TENSOR_IS_VIRTUAL, T.CUDNN_TYPE_BOOLEAN, bool(virtual)))
+                 (T.CUDNN_ATTR_TENSOR_IS_VIRTUAL, T.CUDNN_TYPE_BOOLEAN, bool(virtual)),
+                 *([(T.CUDNN_ATTR_TENSOR_IS_BY_VALUE, T.CUDNN_TYPE_BOOLEAN, True)]
+                   if by_value else []))
 
 
 def convolution(padding, stride, dilation, *, compute=np.float32) -> BackendDescriptor:
@@ -281,7 +300,7 @@ def convolution(padding, stride, dilation, *, compute=np.float32) -> BackendDesc
         raise ValueError(f"bad convolution parameters: padding {padding} (>= 0), stride "
                          f"{stride} (>= 1), dilation {dilation} (>= 1)")
     T = _lib
-    return _make(T.CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+    return make(T.CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
                  (T.CUDNN_ATTR_CONVOLUTION_COMP_TYPE, T.CUDNN_TYPE_DATA_TYPE, data_type(compute)),
                  (T.CUDNN_ATTR_CONVOLUTION_CONV_MODE, T.CUDNN_TYPE_CONVOLUTION_MODE,
                   T.CUDNN_CROSS_CORRELATION),
@@ -344,7 +363,7 @@ def conv_operation(op: str, a: BackendDescriptor, b: BackendDescriptor, c: Backe
     kind, aa, ab, ac, aconv, aalpha, abeta = CONV_OPS[op]
     T = _lib
     st = T.CUDNN_TYPE_DOUBLE if double else T.CUDNN_TYPE_FLOAT
-    return _make(kind,
+    return make(kind,
                  (aa, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, a),
                  (ab, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, b),
                  (ac, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, c),
@@ -364,7 +383,7 @@ def pointwise(mode: str, *, compute=np.float32) -> BackendDescriptor:
         raise ValueError(f"pointwise mode must be one of {sorted(_POINTWISE_MODES)}, "
                          f"not {mode!r}")
     T = _lib
-    return _make(T.CUDNN_BACKEND_POINTWISE_DESCRIPTOR,
+    return make(T.CUDNN_BACKEND_POINTWISE_DESCRIPTOR,
                  (T.CUDNN_ATTR_POINTWISE_MODE, T.CUDNN_TYPE_POINTWISE_MODE,
                   _POINTWISE_MODES[mode]),
                  (T.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, data_type(compute)))
@@ -383,7 +402,7 @@ def pointwise_operation(pw: BackendDescriptor, x: BackendDescriptor, y: BackendD
     if b is not None:
         attrs += [(T.CUDNN_ATTR_OPERATION_POINTWISE_BDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, b),
                   (T.CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, T.CUDNN_TYPE_FLOAT, float(alpha2))]
-    return _make(T.CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, *attrs)
+    return make(T.CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, *attrs)
 
 
 def operation_graph(ops, handle=None) -> BackendDescriptor:
@@ -393,7 +412,7 @@ def operation_graph(ops, handle=None) -> BackendDescriptor:
     graph to its device; cuDNN 9 also finalizes a graph without one (host-only work).
     """
     T = _lib
-    d = _make(T.CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
+    d = make(T.CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
               (T.CUDNN_ATTR_OPERATIONGRAPH_OPS, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, list(ops)),
               finalize=False)
     try:
@@ -492,7 +511,7 @@ def engine_configs(graph: BackendDescriptor, modes=("a", "fallback"),
             raise ValueError(f"heuristic mode must be one of {sorted(_HEUR_MODES)}, "
                              f"not {mode!r}")
         try:
-            heur = _make(T.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+            heur = make(T.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
                          (T.CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
                           T.CUDNN_TYPE_BACKEND_DESCRIPTOR, graph),
                          (T.CUDNN_ATTR_ENGINEHEUR_MODE, T.CUDNN_TYPE_HEUR_MODE, _HEUR_MODES[mode]))
@@ -560,7 +579,7 @@ class ExecutionPlan:
         T = _lib
         self.config = config
         self.uids = tuple(int(u) for u in uids)
-        self.descriptor = _make(
+        self.descriptor = make(
             T.CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
             (T.CUDNN_ATTR_EXECUTION_PLAN_HANDLE, T.CUDNN_TYPE_HANDLE, handle),
             (T.CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, T.CUDNN_TYPE_BACKEND_DESCRIPTOR,

@@ -162,7 +162,7 @@ def test_fused_graph_finalizes_without_a_gpu():
 
 def test_heuristics_without_a_gpu():
     graph, _ = _conv_graph()
-    heur = G._make(T.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+    heur = G.make(T.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
                    (T.CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, T.CUDNN_TYPE_BACKEND_DESCRIPTOR,
                     graph),
                    (T.CUDNN_ATTR_ENGINEHEUR_MODE, T.CUDNN_TYPE_HEUR_MODE, T.CUDNN_HEUR_MODE_A))
