@@ -25,9 +25,10 @@ from .driver import (Device, DeviceArray, DeviceBuffer, DeviceProperties, Event,
                      is_available, pinned_empty, to_device, unavailable_reason, zeros,
                      zeros_like)
 from .driver.operand import operand, operands
+from .driver.step import StepGraph, capture_step
 from .driver.plan import Plan, PlanCache, release_all, tuning_store
 from .driver.plan import cache as plan_cache
-from .errors import (ClosedError, CublasError, CudaError, CudaLibsError, CudaOutOfMemoryError,
+from .errors import (CaptureError, ClosedError, CublasError, CudaError, CudaLibsError, CudaOutOfMemoryError,
                      CudnnError, FunctionNotFoundError, LibraryNotFoundError, NcclError,
                      NvrtcError, StatusError)
 
@@ -62,7 +63,9 @@ __all__ = [
     "driver_version", "is_available", "unavailable_reason", "dtypes",
     "Module", "Kernel", "Launcher", "compile", "graph",
     "operand", "operands", "Plan", "PlanCache", "plan_cache", "release_all", "tuning_store",
+    "StepGraph", "capture_step",
     "CudaLibsError", "LibraryNotFoundError", "FunctionNotFoundError", "ClosedError",
+    "CaptureError",
     "StatusError", "CudaError", "CudaOutOfMemoryError", "NvrtcError", "CublasError",
     "CudnnError", "NcclError",
 ]

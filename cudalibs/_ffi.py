@@ -15,13 +15,15 @@ ctypes' ``errcheck`` hook, which costs roughly three times more per call.
 from __future__ import annotations
 
 import ctypes
+import threading
 import weakref
 from typing import Any, NamedTuple, Sequence
 
-from .errors import ClosedError, FunctionNotFoundError
+from .errors import CaptureError, ClosedError, FunctionNotFoundError
 
 __all__ = ["Proto", "Resource", "OwnedHandle", "defer", "capture_open",
-           "begin_capture_block", "end_capture_block", "register_context_setter", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
+           "begin_capture_block", "end_capture_block", "thread_capturing", "refuse_in_capture",
+           "register_context_setter", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
            "opaque_handle", "property_version"]
 
 
@@ -283,14 +285,38 @@ def capture_open() -> bool:
     return bool(_capture_open[0])
 
 
+# How many capture blocks the calling thread has open.  Captures are made in the
+# "thread_local" mode by default, where only the capturing thread's unsafe calls break them:
+# an operation that cannot be captured is refused in that thread, while other threads go on.
+_thread_state = threading.local()
+
+
+def thread_capturing() -> bool:
+    """Whether the calling thread has a capture block open."""
+    return _capture_open[0] > 0 and getattr(_thread_state, "depth", 0) > 0
+
+
+def refuse_in_capture(what: str, hint: str = "") -> None:
+    """Raise :class:`~cudalibs.errors.CaptureError` naming ``what`` when the calling thread
+    is capturing a graph; the check costs one list index when no capture is open."""
+    if _capture_open[0] and getattr(_thread_state, "depth", 0) > 0:
+        raise CaptureError(
+            f"{what} cannot be recorded into a CUDA graph, and this thread is capturing one"
+            + (f": {hint}" if hint else "") + "; run the work once before capturing it "
+            "(that chooses its plans and sizes its workspaces), then capture")
+
+
 def begin_capture_block() -> None:
-    """A capture block opened: releases made from now on wait for its end."""
+    """A capture block opened (in the calling thread): releases made from now on wait for its
+    end."""
     _capture_open[0] += 1
+    _thread_state.depth = getattr(_thread_state, "depth", 0) + 1
 
 
 def end_capture_block() -> None:
     """A capture block closed; once none is open, run every release that waited."""
     _capture_open[0] -= 1
+    _thread_state.depth = max(getattr(_thread_state, "depth", 1) - 1, 0)
     if _capture_open[0] == 0:
         while _deferred:
             fn, args = _deferred.pop()

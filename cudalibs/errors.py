@@ -18,6 +18,7 @@ __all__ = [
     "LibraryNotFoundError",
     "FunctionNotFoundError",
     "ClosedError",
+    "CaptureError",
     "StatusError",
     "CudaError",
     "CudaOutOfMemoryError",
@@ -92,6 +93,16 @@ class FunctionNotFoundError(CudaLibsError):
 
 class ClosedError(CudaLibsError, ValueError):
     """An object was used after ``close()`` (or after its parent was closed)."""
+
+
+class CaptureError(CudaLibsError):
+    """An operation that cannot be recorded into a CUDA graph was called while its thread was
+    capturing one (a synchronisation, a read of device values on the host, a synchronous
+    allocation, the timing of an autotune, the growth of a workspace).
+
+    The message names the operation.  The usual remedy: run the captured work once before
+    capturing it, so that plans are chosen and workspaces sized outside the capture.
+    """
 
 
 class StatusError(CudaLibsError):

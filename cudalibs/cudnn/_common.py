@@ -54,6 +54,18 @@ def check_overlap(op: str, out, **inputs) -> None:
                              "give a separate output array")
 
 
+def check_in_place(op: str, out, name: str, x) -> None:
+    """Refuse an ``out`` that overlaps ``x`` without being ``x`` itself: an element-wise op
+    may run in place, element for element, but an output shifted against its input reads
+    elements it already overwrote."""
+    if x is None or out is None or not arrays_overlap(out, x):
+        return
+    if out._ptr == x._ptr and out._shape == x._shape and out._strides == x._strides:
+        return
+    raise ValueError(f"{op}: out overlaps {name} without being {name} itself; run in place on "
+                     f"the very same array, or give a separate output")
+
+
 def hashable(v):
     """An int/str/None as is, a sequence as a tuple (a cache-key field)."""
     return v if v is None or isinstance(v, (int, str, np.integer)) else tuple(v)

@@ -19,8 +19,8 @@ from ..driver.plan import KeyKind, cache as _cache
 from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
-from ._common import (check_float, is_double, layout_padded, output, padded, resolve,
-                      scalar)
+from ._common import (check_float, check_in_place, is_double, layout_padded, output, padded,
+                      resolve, scalar)
 from .descriptors import activation_descriptor, packed_strides, tensor_descriptor
 from .handle import handle_for
 
@@ -99,6 +99,8 @@ def activation_forward(x, mode="relu", *, coef=None, swish_beta=1.0, out=None, a
     xd, cl = _tensor(x, "x")
     ad = _act_desc(mode, coef, swish_beta)
     y = output(out, x.shape, x.dtype, cl, dev, s)
+    if out is not None:
+        check_in_place("activation_forward", y, "x", x)
     if mode == "identity":
         # cudnnActivationForward refuses CUDNN_ACTIVATION_IDENTITY (it exists for the fused
         # convolution only); alpha * x + beta * y is an add.
@@ -273,6 +275,7 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, stream=None):
             else:
                 raise ValueError("a must have c's memory layout (layout mismatch)")
         ad = tensor_descriptor(a.dtype, shape, packed_strides(shape, cl))
+    check_in_place("add_tensor", c, "a", a)
     h = handle_for(dev, s._handle)
     d = is_double(c.dtype)
     st = _lib.get().cudnnAddTensor(h.raw, scalar(alpha, d), ad.raw, a.ptr, scalar(beta, d),

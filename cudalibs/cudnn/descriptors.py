@@ -26,14 +26,13 @@ function.
 
 from __future__ import annotations
 
-import collections
 import ctypes
-import threading
 
 import numpy as np
 
 from .. import dtypes as _dtypes
 from .._ffi import OwnedHandle
+from ..driver.plan import KeyKind, cache as _plan_cache
 from . import _lib
 from ._base import raise_for
 
@@ -411,22 +410,18 @@ class ActivationDescriptor(_Descriptor):
 
 
 # -- the cache ---------------------------------------------------------------------------------
-_CACHE_MAX = 4096
-_cache: collections.OrderedDict = collections.OrderedDict()
-_cache_lock = threading.Lock()
+#: The key of cached descriptors in the one plan cache (bounded and cleared with the plans).
+DESCRIPTOR_KEY = KeyKind("cudnn_descriptor", ("type", "params"))
 
 
 def _cached(cls, *args):
-    key = (cls, args)
-    d = _cache.get(key)
+    key = (DESCRIPTOR_KEY, cls.__name__, args)
+    d = _plan_cache.get(key)
     if d is not None and not d.closed:
         return d
-    d = cls(*args)
-    with _cache_lock:
-        _cache[key] = d
-        while len(_cache) > _CACHE_MAX:
-            _cache.popitem(last=False)
-    return d
+    if d is not None:
+        _plan_cache.pop(key)
+    return _plan_cache.put(key, cls(*args))
 
 
 def tensor_descriptor(dtype, shape, strides) -> TensorDescriptor:
@@ -460,11 +455,10 @@ def activation_descriptor(mode, coef=0.0, swish_beta=1.0, propagate_nan=True
 
 
 def descriptor_cache_size() -> int:
-    """How many descriptors the cache holds."""
-    return len(_cache)
+    """How many descriptors the one plan cache holds."""
+    return _plan_cache.kinds().get(DESCRIPTOR_KEY.name, 0)
 
 
 def clear_descriptor_cache() -> None:
     """Drop every cached descriptor (each is destroyed once nothing else holds it)."""
-    with _cache_lock:
-        _cache.clear()
+    _plan_cache.clear(DESCRIPTOR_KEY.name)

@@ -17,6 +17,7 @@ from .module import Module
 from . import _handles  # noqa: E402,F401
 from .nvrtc import compile
 from .operand import operand, operands
+from .step import StepGraph, capture_step
 
 __all__ = [
     "Device", "DeviceProperties", "current_device", "device_count", "as_device",
@@ -26,4 +27,5 @@ __all__ = [
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
     "driver_version", "is_available", "unavailable_reason", "init",
     "Module", "Kernel", "Launcher", "compile", "graph", "operand", "operands",
+    "StepGraph", "capture_step",
 ]

@@ -29,6 +29,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
+from .._ffi import refuse_in_capture
 from . import _lib, plan as _plan, stream as _stream_mod
 from ._core import raise_for
 from .device import Device
@@ -123,6 +124,8 @@ class HandleCache:
             self._local.handles = {}
         except KeyError:
             pass
+        refuse_in_capture(f"creating this thread's {self.name} handle",
+                          "creating a library handle allocates device memory synchronously")
         with device:
             raw = self._create(device)
         handle = Handle(raw, device, self._set_stream)
@@ -191,6 +194,8 @@ class Workspaces:
             return buf
         if nbytes <= 0:
             return buf
+        refuse_in_capture(f"growing a library workspace to {nbytes} bytes",
+                          "the workspace is allocated and the smaller one freed synchronously")
         with self._lock:
             buf = self._buffers.get(key)
             if buf is not None and buf.size >= nbytes:

@@ -18,6 +18,7 @@ import operator
 import numpy as np
 
 from .. import dtypes as _dtypes
+from .._ffi import refuse_in_capture
 from ..errors import ClosedError
 from . import _copy, _dlpack, _lib, memory as _memory
 from ._core import raise_for
@@ -367,6 +368,8 @@ class DeviceArray:
         -------
         numpy.ndarray
         """
+        refuse_in_capture("DeviceArray.get() (a copy to the host)",
+                          "the values do not exist until the graph is replayed")
         src_ptr = self._check()
         s = as_stream(stream, self._device)
         if out is None:
@@ -640,6 +643,9 @@ def _check_host(arr, shape, dtype, what, writable=False):
 def _h2d(dst: DeviceArray, dst_ptr: int, host: np.ndarray, s: Stream, blocking: bool) -> None:
     if dst.size == 0:
         return
+    refuse_in_capture("copying a host array to the device",
+                      "a graph would read the host memory again at every replay; copy into a "
+                      "device buffer before replaying (StepGraph does this for its inputs)")
     L = _lib.get()
     L.cuCtxSetCurrent(dst._device._ctx)
     if (host.flags.c_contiguous and host.dtype.isnative and dst.is_c_contiguous):

@@ -14,6 +14,7 @@ import ctypes
 import dataclasses
 import threading
 
+from .._ffi import refuse_in_capture
 from ..errors import CudaError, LibraryNotFoundError
 from . import _lib
 from ._core import init, raise_for
@@ -165,6 +166,7 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all work on this device's primary context to finish."""
+        refuse_in_capture("Device.synchronize()", "a graph cannot wait on the host")
         L = _lib.get()
         L.cuCtxSetCurrent(self._ctx)
         st = L.cuCtxSynchronize()

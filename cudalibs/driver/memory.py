@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from .._ffi import Resource
+from .._ffi import Resource, refuse_in_capture
 from ..errors import ClosedError, CudaLibsError
 from . import _capture, _lib, device as _device_mod
 from . import stream as _stream_mod
@@ -487,6 +487,8 @@ def alloc(nbytes: int, device=None) -> DeviceBuffer:
     dev = as_device(device)
     if nbytes == 0:
         return DeviceBuffer._make(0, 0, dev)
+    refuse_in_capture(f"cudalibs.alloc({nbytes}) (cuMemAlloc, synchronous)",
+                      "allocate with cudalibs.empty(..., stream=) instead, or before the capture")
     L = _lib.get()
     L.cuCtxSetCurrent(dev._ctx)
     p = _lib.CUdeviceptr()
@@ -782,6 +784,7 @@ class HostBuffer:
 
     def __init__(self, nbytes: int, *, portable: bool = True, write_combined: bool = False):
         nbytes = _check_nbytes(nbytes)
+        refuse_in_capture("HostBuffer() (cuMemHostAlloc)", "allocate pinned memory before it")
         L = init()
         dev = as_device(None)
         L.cuCtxSetCurrent(dev._ctx)

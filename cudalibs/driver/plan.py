@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._ffi import Resource
+from .._ffi import Resource, refuse_in_capture
 from .array import DeviceArray, empty, to_device
 from .stream import Event, as_stream
 
@@ -422,6 +422,8 @@ class Plan(Resource):
         list of dict
             :attr:`candidates`, with ``ms`` for each timed one (``inf`` for one that failed).
         """
+        refuse_in_capture(f"{type(self).__name__}.autotune()",
+                          "timing candidates waits on events from the host")
         self.plan()
         key = self._store_key() if store else None
         st = tuning_store() if key is not None else None
@@ -526,6 +528,8 @@ def time_candidates(runs: Sequence[Callable[[], None]], stream, *, rounds: int =
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
+    refuse_in_capture("timing candidates (an autotune)",
+                      "timing waits on events from the host")
     dev = device if device is not None else stream.device
     start, end = Event(dev), Event(dev)
     flush_buf = None

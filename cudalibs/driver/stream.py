@@ -15,7 +15,7 @@ import collections
 import ctypes
 import threading
 
-from .._ffi import Resource
+from .._ffi import Resource, refuse_in_capture
 from ..errors import ClosedError
 from . import _lib
 from ._core import raise_for, ready
@@ -184,6 +184,7 @@ class Stream(Resource):
     # -- operations -------------------------------------------------------------------------
     def sync(self) -> None:
         """Block until all work queued on the stream has finished."""
+        refuse_in_capture("Stream.synchronize()", "a graph cannot wait on the host")
         h = self._check()
         self._activate()
         st = _lib.get().cuStreamSynchronize(h)
@@ -421,6 +422,7 @@ class Event(Resource):
 
     def sync(self) -> None:
         """Block until the work before the recorded point has finished."""
+        refuse_in_capture("Event.synchronize()", "a graph cannot wait on the host")
         h = self._check()
         _lib.get().cuCtxSetCurrent(self._device._ctx)
         st = _lib.get().cuEventSynchronize(h)

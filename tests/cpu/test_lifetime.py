@@ -191,3 +191,33 @@ def test_workspace_release_hooks_are_registered():
     assert memory.trim_pools in plan.RELEASE_LAST
     assert memory.trim_pools not in plan.RELEASE_HOOKS
     assert _handles.Workspaces().release_all() == 0
+
+
+def test_capture_refusal_is_per_thread():
+    """An operation that cannot be captured is refused in the capturing thread only, by
+    name, and only while its block is open."""
+    import threading
+
+    from cudalibs import _ffi
+    from cudalibs.errors import CaptureError
+
+    _ffi.refuse_in_capture("anything")          # no capture: nothing happens
+    seen = []
+    _ffi.begin_capture_block()
+    try:
+        with pytest.raises(CaptureError, match="Stream.synchronize.*run the work once"):
+            _ffi.refuse_in_capture("Stream.synchronize()", "a graph cannot wait")
+        assert _ffi.thread_capturing()
+
+        def other():
+            _ffi.refuse_in_capture("Stream.synchronize()")
+            seen.append(_ffi.thread_capturing())
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    finally:
+        _ffi.end_capture_block()
+    assert seen == [False]
+    assert not _ffi.thread_capturing()
+    _ffi.refuse_in_capture("anything")

@@ -252,7 +252,12 @@ def test_activation(device, shape, dtype, cl_, act, seed):
         x = device_array(xh, cl_)
     y = cudnn.activation_forward(x, mode, coef=coef, swish_beta=1.5,
                                  out=poisoned(shape, xh.dtype, cl_))
-    T.assert_close(y, ref.activation(xh, mode, coef or 0.0, 1.5), dtype)
+    # cuDNN evaluates the transcendental activations of bfloat16 data with approximate
+    # 16-bit arithmetic: tanh of one element near -0.0726 came out 2.7 bfloat16 ulps off
+    # (relative error 1.8e-2); the bound here is twice the 16-bit tolerance, for those only.
+    loose = dtype == "bfloat16" and mode in ("tanh", "sigmoid", "elu", "swish")
+    T.assert_close(y, ref.activation(xh, mode, coef or 0.0, 1.5), dtype,
+                   rtol=2e-2 if loose else None)
     dyh, dy = rand(shape, dtype, rng, cl_)
     dx = cudnn.activation_backward(y, dy, x, mode, coef=coef, swish_beta=1.5,
                                    out=poisoned(shape, xh.dtype, cl_))
@@ -263,6 +268,19 @@ def test_activation_in_place(device, rng):
     xh, x = rand((3, 4, 5, 6), "float32", rng)
     assert cudnn.activation(x, "relu", out=x) is x
     T.assert_close(x, ref.relu(xh), np.float32)
+
+
+def test_shifted_overlap_is_refused(device, rng):
+    """In place means the very same array; an output shifted against its input is refused
+    before cuDNN runs (it would read elements it already overwrote)."""
+    _, big = rand((240,), "float32", rng)
+    before = big.get()
+    x, shifted = big[0:120].reshape(1, 4, 5, 6), big[60:180].reshape(1, 4, 5, 6)
+    with pytest.raises(ValueError, match="overlaps x without being x itself"):
+        cudnn.activation_forward(x, "relu", out=shifted)
+    with pytest.raises(ValueError, match="overlaps a without being a itself"):
+        cudnn.add_tensor(x, shifted)
+    np.testing.assert_array_equal(big.get(), before)
 
 
 @GPU
