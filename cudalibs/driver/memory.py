@@ -60,7 +60,22 @@ def _free_sync(free, set_ctx, ctx, ptr):
     free(ptr)
 
 
-def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream, cache=None, key=None):
+def _stream_capturing(L, stream_h) -> bool:
+    """Whether the stream is capturing: its allocations are then the graph's memory."""
+    status = ctypes.c_int()
+    return not L.cuStreamIsCapturing(stream_h, ctypes.byref(status)) and \
+        status.value == _lib.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream, cache=None, key=None,
+                graph_memory=False):
+    if _capture._open[0] and not graph_memory:
+        # Memory allocated outside every capture must not be freed inside one: on the
+        # capturing stream the free would become a node of the graph (freeing, at every
+        # replay, memory the graph never allocated).  It waits for the capture's end.
+        _capture.defer(_free_async, (free, set_ctx, ctx, ptr, stream_h, alive, null_stream,
+                                     cache, key))
+        return
     # Small blocks on a live stream go back to the pool's cache for that stream (see the
     # module docstring); the rest are freed.
     if cache is not None and alive[0] and not _capture._open[0] and cache.put(key, ptr):
@@ -649,7 +664,7 @@ class MemoryPool(Resource):
         buf = DeviceBuffer._make(ptr, nbytes, dev, stream=s, pool=self)
         buf._finalizer = _Release(buf, _free_async, (
             L.cuMemFreeAsync, L.cuCtxSetCurrent, dev._ctx, ptr, s._h, s._alive, _NULL_STREAM,
-            cache, key))
+            cache, key, bool(_capture._open[0]) and _stream_capturing(L, s._h)))
         return buf
 
     @property

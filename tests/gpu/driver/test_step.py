@@ -186,3 +186,28 @@ def test_other_threads_are_not_refused_while_one_captures(device):
         t.start()
         t.join()
     assert seen == [(8, 8)]
+
+
+def test_memory_from_before_the_capture_is_not_freed_inside_it(device):
+    """Garbage of eager work collected during a capture waits for its end: a free node for
+    memory the graph never allocated would free it again at every replay."""
+    s = cl.Stream()
+    x = cl.to_device(T.random_array((256,), np.float32), stream=s)
+    y = cl.empty((256,), np.float32, stream=s)
+    old = cl.empty((1 << 20,), np.float32, stream=s)     # pool memory from before the capture
+    s.synchronize()
+    with cl.graph.capture(s) as g:
+        K.scale(x, 2.0, out=y, stream=s)
+        del old                                           # its free must not be captured
+        tmp = K.scale(x, 3.0, stream=s)                   # graph memory, freed in the graph
+        K.add(tmp, y, out=y, stream=s)
+        del tmp
+    assert g.num_nodes == 5      # two kernels, the add, one allocation and its free
+    exe = g.instantiate()
+    for _ in range(3):
+        exe.replay(s)
+    xh = x.get(stream=s)
+    np.testing.assert_array_equal(y.get(stream=s),
+                                  xh * np.float32(3.0) + xh * np.float32(2.0))
+    exe.close()
+    g.close()
