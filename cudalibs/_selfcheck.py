@@ -64,11 +64,49 @@ def _conv() -> str:
     return f"cuDNN {'.'.join(map(str, cudnn.version_tuple()))} grouped strided conv vs numpy"
 
 
+def _attention() -> str:
+    from . import cudnn
+    from .driver import Device, Stream, to_device
+    from .testing import assert_close, random_array, ref
+
+    rng = np.random.default_rng(0)
+    dev = Device(0)
+    # Grouped-query attention (4 query heads over 2 key/value heads), causal, in bfloat16.
+    q = random_array((2, 4, 40, 64), "bfloat16", rng=rng)
+    k = random_array((2, 2, 40, 64), "bfloat16", rng=rng)
+    v = random_array((2, 2, 40, 64), "bfloat16", rng=rng)
+    with Stream(dev) as s:
+        dq, dk, dv = (to_device(x, device=dev, stream=s) for x in (q, k, v))
+        o = cudnn.sdpa(dq, dk, dv, causal=True, stream=s).get(stream=s)
+    want = ref.sdpa_forward(q, k, v, causal=True)[0]
+    assert_close(o, want, "bfloat16")
+    return "cuDNN causal grouped-query attention (bf16) vs numpy"
+
+
+def _layer_norm() -> str:
+    from . import cudnn
+    from .driver import Device, Stream, to_device
+    from .testing import assert_close, random_array, ref
+
+    rng = np.random.default_rng(0)
+    dev = Device(0)
+    x = random_array((64, 384), np.float32, rng=rng)
+    w = random_array((384,), np.float32, rng=rng, low=0.5, high=1.5)
+    b = random_array((384,), np.float32, rng=rng)
+    with Stream(dev) as s:
+        dx, dw, db = (to_device(a, device=dev, stream=s) for a in (x, w, b))
+        y = cudnn.layer_norm(dx, dw, db, eps=1e-5, stream=s).get(stream=s)
+    assert_close(y, ref.layer_norm(x, w, b, 1e-5)[0], np.float32)
+    return "cuDNN layer norm (fp32) vs numpy"
+
+
 #: (name, check) pairs run in order.
 CHECKS = [
     ("memory round trip", _memory_round_trip),
     ("GEMM", _gemm),
     ("convolution", _conv),
+    ("attention", _attention),
+    ("layer norm", _layer_norm),
 ]
 
 

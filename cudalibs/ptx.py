@@ -37,6 +37,16 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "softmax": _suffixed(("softmax", "log_softmax"), ("f32", "f16", "bf16")),
     "layout": ("transpose_b16", "transpose_b32", "transpose_b64"),
     "wmma": ("wmma_gemm_f16_f32", "wmma_gemm_f16_f16"),
+    "train": (
+        _suffixed(_suffixed(("cross_entropy_forward", "cross_entropy_backward",
+                             "accuracy_count", "embedding", "embedding_backward"),
+                            ("f32", "f16", "bf16")), ("i32", "i64"))
+        + _suffixed(("cross_entropy_reduce",), ("i32", "i64"))
+        + _suffixed(("sgd", "global_avg_pool", "global_avg_pool_backward"),
+                    ("f32", "f16", "bf16"))
+        + _suffixed(_suffixed(("adamw",), ("f32", "f16", "bf16")), ("f16", "bf16"))
+        + ("step_increment_i32",)
+    ),
 }
 
 

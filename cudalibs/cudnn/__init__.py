@@ -19,13 +19,20 @@
   graphs, engine heuristics, execution plans and variant packs.
 - :mod:`~cudalibs.cudnn.norm`, :mod:`~cudalibs.cudnn.pooling`,
   :mod:`~cudalibs.cudnn.activation`: batch-norm, pooling, activations, softmax, add_tensor.
+- :mod:`~cudalibs.cudnn.attention` (lowered by :mod:`~cudalibs.cudnn.attention_graph`):
+  scaled dot-product attention forward and backward (``sdpa``, ``SdpaPlan``...) on the graph
+  API; :mod:`~cudalibs.cudnn.layer_norm`: layer norm and RMS norm forward and backward on
+  the backend norm operations; :mod:`~cudalibs.cudnn.rnn`: recurrent layers (LSTM, GRU,
+  tanh/ReLU cells) on the v8 RNN API.
 
 Every function takes DeviceArrays (or any CUDA array), ``stream=None`` meaning the thread's
 current stream, and allocates outputs stream-ordered unless ``out=`` is given.  Importing this
 package loads nothing.
 """
 
-from . import graph
+from . import attention, graph
+from .attention import (SDPA_BACKWARD_KEY, SDPA_KEY, SdpaBackwardPlan, SdpaPlan, sdpa,
+                        sdpa_backward)
 from ._base import check_versions, last_error_string, version, version_tuple
 from .activation import (activation, activation_backward, activation_forward, add_tensor,
                          softmax, softmax_backward, softmax_forward)
@@ -40,6 +47,9 @@ from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, FilterDes
                           descriptor_cache_size, filter_descriptor, pooling_descriptor,
                           tensor_descriptor)
 from .handle import release_workspaces, set_workspace_limit, workspace_bytes, workspace_limit
+from .layer_norm import (NORM_BACKWARD_KEY, NORM_FORWARD_KEY, NoNormEngineError,
+                         NormBackwardPlan, NormForwardPlan, clear_norm_cache, layer_norm,
+                         layer_norm_backward, norm_cache, rms_norm, rms_norm_backward)
 from .norm import (BatchNormState, batch_norm_backward, batch_norm_infer, batch_norm_paths,
                    batch_norm_train)
 from .pooling import pooling_backward, pooling_forward, pooling_output_shape
@@ -61,4 +71,9 @@ __all__ = [
     "convolution_descriptor", "pooling_descriptor", "activation_descriptor",
     "descriptor_cache_size", "clear_descriptor_cache",
     "set_workspace_limit", "workspace_limit", "workspace_bytes", "release_workspaces",
+    "attention", "sdpa", "sdpa_backward", "SdpaPlan", "SdpaBackwardPlan", "SDPA_KEY",
+    "SDPA_BACKWARD_KEY",
+    "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "NormForwardPlan",
+    "NormBackwardPlan", "NoNormEngineError", "NORM_FORWARD_KEY", "NORM_BACKWARD_KEY",
+    "norm_cache", "clear_norm_cache",
 ]

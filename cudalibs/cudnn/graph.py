@@ -7,7 +7,9 @@ activation generated for the problem) are reachable only through the graph API. 
 1. *descriptors* of every kind (:class:`BackendDescriptor`) are created empty, filled with
    typed attribute arrays (``cudnnBackendSetAttribute``) and finalized;
 2. tensors (:func:`tensor`, each with a unique id) and operations (:func:`conv_operation`,
-   :func:`pointwise_operation`) make an *operation graph* (:func:`operation_graph`);
+   :func:`pointwise_operation` for every pointwise mode, :func:`matmul_operation`,
+   :func:`reduction_operation`, :func:`rng_operation`, :func:`reshape_operation`) make an
+   *operation graph* (:func:`operation_graph`);
 3. *engine heuristics* (:func:`engine_configs`) rank the engine configurations that can run
    the graph; each carries numerical notes (tensor cores, down-conversion, non-determinism)
    and behaviour notes the caller filters on;
@@ -39,9 +41,12 @@ from . import _lib
 from ._base import last_error_string, raise_for
 
 __all__ = ["BackendDescriptor", "EngineConfig", "ExecutionPlan", "tensor", "convolution",
-           "conv_operation", "pointwise", "pointwise_operation", "operation_graph",
-           "engine_configs", "execution_plan", "variant_pack", "make", "attribute_name",
-           "descriptor_type_name", "NUMERICAL_NOTES", "BEHAVIOR_NOTES", "CONV_OPS"]
+           "conv_operation", "pointwise", "pointwise_operation", "pointwise_backward_operation",
+           "matmul", "matmul_operation", "reduction", "reduction_operation", "rng",
+           "rng_operation", "reshape_operation", "operation_graph", "engine_configs",
+           "execution_plan", "variant_pack", "make", "attribute_name", "descriptor_type_name",
+           "NUMERICAL_NOTES", "BEHAVIOR_NOTES", "CONV_OPS", "POINTWISE_MODES", "TERNARY_MODES",
+           "BACKWARD_MODES", "REDUCTION_OPS", "RNG_DISTRIBUTIONS"]
 
 
 def _names(prefix: str) -> dict:
@@ -227,7 +232,7 @@ def make(kind, *attrs, finalize=True) -> BackendDescriptor:
     (unless ``finalize`` is False); closed again if any step fails.
 
     The generic builder behind every specific one here; operations this module has no
-    builder for (norms, RNG...) are made with it where they are used.
+    builder for (norms, fused attention...) are made with it where they are used.
     """
     d = BackendDescriptor(kind)
     try:
@@ -372,28 +377,84 @@ def conv_operation(op: str, a: BackendDescriptor, b: BackendDescriptor, c: Backe
                  (abeta, st, float(beta)))
 
 
-_POINTWISE_MODES = {"add": _lib.CUDNN_POINTWISE_ADD, "relu": _lib.CUDNN_POINTWISE_RELU_FWD,
-                    "identity": _lib.CUDNN_POINTWISE_IDENTITY}
+#: Pointwise mode name -> ``cudnnPointwiseMode_t``: every mode of the header by its name less
+#: the prefix, lower case (``"mul"``, ``"cmp_ge"``, ``"gen_index"``, ``"binary_select"``,
+#: ``"relu_bwd"``...), plus the short names of the forward activations (``"relu"``, ``"tanh"``,
+#: ``"sigmoid"``, ``"elu"``, ``"gelu"``, ``"softplus"``, ``"swish"``, ``"gelu_approx_tanh"``)
+#: and ``"select"`` for ``"binary_select"``.
+POINTWISE_MODES = {k[len("CUDNN_POINTWISE_"):].lower(): v
+                   for k, v in vars(_lib).items()
+                   if k.startswith("CUDNN_POINTWISE_") and isinstance(v, int)}
+POINTWISE_MODES.update({k[:-len("_fwd")]: v for k, v in list(POINTWISE_MODES.items())
+                        if k.endswith("_fwd")})
+POINTWISE_MODES["select"] = POINTWISE_MODES["binary_select"]
+_POINTWISE_MODES = POINTWISE_MODES      # the name the convolution graphs were built with
+#: Modes that read a third operand (``t``, the condition of a select).
+TERNARY_MODES = frozenset({"binary_select", "select"})
+#: Modes of an activation's backward: ``dx = f'(x) * dy`` (see :func:`pointwise_backward_operation`).
+BACKWARD_MODES = frozenset(k for k in POINTWISE_MODES if k.endswith("_bwd"))
+
+# Optional parameters of a pointwise descriptor: keyword -> (attribute, attribute type).
+_PW_PARAMS = {
+    "axis": (_lib.CUDNN_ATTR_POINTWISE_AXIS, _lib.CUDNN_TYPE_INT64),
+    "relu_lower_clip": (_lib.CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP, _lib.CUDNN_TYPE_DOUBLE),
+    "relu_upper_clip": (_lib.CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP, _lib.CUDNN_TYPE_DOUBLE),
+    "relu_lower_clip_slope": (_lib.CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE,
+                              _lib.CUDNN_TYPE_DOUBLE),
+    "elu_alpha": (_lib.CUDNN_ATTR_POINTWISE_ELU_ALPHA, _lib.CUDNN_TYPE_DOUBLE),
+    "softplus_beta": (_lib.CUDNN_ATTR_POINTWISE_SOFTPLUS_BETA, _lib.CUDNN_TYPE_DOUBLE),
+    "swish_beta": (_lib.CUDNN_ATTR_POINTWISE_SWISH_BETA, _lib.CUDNN_TYPE_DOUBLE),
+}
 
 
-def pointwise(mode: str, *, compute=np.float32) -> BackendDescriptor:
-    """A finalized pointwise descriptor: ``"add"``, ``"relu"`` or ``"identity"``, computed in
-    ``compute`` precision."""
-    if mode not in _POINTWISE_MODES:
-        raise ValueError(f"pointwise mode must be one of {sorted(_POINTWISE_MODES)}, "
+def pointwise(mode: str, *, compute=np.float32, axis: int | None = None,
+              **params) -> BackendDescriptor:
+    """A finalized pointwise descriptor of ``mode``, computed in ``compute`` precision.
+
+    Parameters
+    ----------
+    mode : str
+        A name of :data:`POINTWISE_MODES`: arithmetic (``"add"``, ``"sub"``, ``"mul"``,
+        ``"div"``, ``"exp"``, ``"log"``...), comparisons (``"cmp_lt"``, ``"cmp_ge"``...,
+        giving booleans), logic (``"logical_and"``...), ``"gen_index"`` (each element's index
+        along ``axis``), ``"binary_select"`` (``y = t ? x : b``), activations and their
+        backward modes (``"relu"``, ``"relu_bwd"``...).
+    compute : dtype-like
+        The math precision (float32; int32 for index arithmetic, bool for logic).
+    axis : int, optional
+        The dimension ``"gen_index"`` counts along (required for it, refused for others).
+    **params : float
+        ``relu_lower_clip``, ``relu_upper_clip``, ``relu_lower_clip_slope``, ``elu_alpha``,
+        ``softplus_beta``, ``swish_beta``: the activation's parameters.
+    """
+    if mode not in POINTWISE_MODES:
+        raise ValueError(f"pointwise mode must be one of {sorted(POINTWISE_MODES)}, "
                          f"not {mode!r}")
+    if (axis is None) == (POINTWISE_MODES[mode] == _lib.CUDNN_POINTWISE_GEN_INDEX):
+        raise ValueError("axis is required by the gen_index mode and taken by no other "
+                         f"(mode {mode!r}, axis {axis!r})")
     T = _lib
-    return make(T.CUDNN_BACKEND_POINTWISE_DESCRIPTOR,
-                 (T.CUDNN_ATTR_POINTWISE_MODE, T.CUDNN_TYPE_POINTWISE_MODE,
-                  _POINTWISE_MODES[mode]),
-                 (T.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, data_type(compute)))
+    attrs = [(T.CUDNN_ATTR_POINTWISE_MODE, T.CUDNN_TYPE_POINTWISE_MODE, POINTWISE_MODES[mode]),
+             (T.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, data_type(compute))]
+    if axis is not None:
+        params["axis"] = int(axis)
+    for name, value in params.items():
+        if name not in _PW_PARAMS:
+            raise TypeError(f"pointwise() got an unknown parameter {name!r}; known: "
+                            f"{sorted(_PW_PARAMS)}")
+        attr, atype = _PW_PARAMS[name]
+        attrs.append((attr, atype, int(value) if atype == T.CUDNN_TYPE_INT64 else float(value)))
+    return make(T.CUDNN_BACKEND_POINTWISE_DESCRIPTOR, *attrs)
 
 
 def pointwise_operation(pw: BackendDescriptor, x: BackendDescriptor, y: BackendDescriptor,
-                        b: BackendDescriptor | None = None, *, alpha1: float = 1.0,
-                        alpha2: float = 1.0) -> BackendDescriptor:
-    """A finalized pointwise operation ``y = pw(alpha1 * x[, alpha2 * b])`` (``b`` for the
-    binary modes, broadcast where its dimensions are 1)."""
+                        b: BackendDescriptor | None = None, *, t: BackendDescriptor | None = None,
+                        alpha1: float = 1.0, alpha2: float = 1.0) -> BackendDescriptor:
+    """A finalized pointwise operation ``y = pw(alpha1 * x[, alpha2 * b][, t])``.
+
+    ``b`` for the binary modes and ``t`` (the condition) for the ternary select, each
+    broadcast where its dimensions are 1; unary modes take ``x`` alone.
+    """
     T = _lib
     attrs = [(T.CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, pw),
              (T.CUDNN_ATTR_OPERATION_POINTWISE_XDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, x),
@@ -402,7 +463,163 @@ def pointwise_operation(pw: BackendDescriptor, x: BackendDescriptor, y: BackendD
     if b is not None:
         attrs += [(T.CUDNN_ATTR_OPERATION_POINTWISE_BDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, b),
                   (T.CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, T.CUDNN_TYPE_FLOAT, float(alpha2))]
+    if t is not None:
+        if b is None:
+            raise ValueError("a ternary pointwise operation needs b as well as t")
+        attrs.append((T.CUDNN_ATTR_OPERATION_POINTWISE_TDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, t))
     return make(T.CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, *attrs)
+
+
+def pointwise_backward_operation(pw: BackendDescriptor, x: BackendDescriptor,
+                                 dy: BackendDescriptor, dx: BackendDescriptor, *,
+                                 alpha1: float = 1.0, alpha2: float = 1.0) -> BackendDescriptor:
+    """A finalized activation backward ``dx = f'(x) * dy`` (``pw`` of a ``"*_bwd"`` mode)."""
+    T = _lib
+    return make(T.CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+                (T.CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, T.CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                 pw),
+                (T.CUDNN_ATTR_OPERATION_POINTWISE_XDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, x),
+                (T.CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, dy),
+                (T.CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, dx),
+                (T.CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, T.CUDNN_TYPE_FLOAT, float(alpha1)),
+                (T.CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, T.CUDNN_TYPE_FLOAT, float(alpha2)))
+
+
+def matmul(*, compute=np.float32, padding: float | None = None) -> BackendDescriptor:
+    """A finalized matmul descriptor accumulating in ``compute`` precision; ``padding`` is the
+    value read for rows or columns beyond an override (see :func:`matmul_operation`)."""
+    T = _lib
+    attrs = [(T.CUDNN_ATTR_MATMUL_COMP_TYPE, T.CUDNN_TYPE_DATA_TYPE, data_type(compute))]
+    if padding is not None:
+        attrs.append((T.CUDNN_ATTR_MATMUL_PADDING_VALUE, T.CUDNN_TYPE_DOUBLE, float(padding)))
+    return make(T.CUDNN_BACKEND_MATMUL_DESCRIPTOR, *attrs)
+
+
+def matmul_operation(a: BackendDescriptor, b: BackendDescriptor, c: BackendDescriptor,
+                     desc: BackendDescriptor, *, m_override: BackendDescriptor | None = None,
+                     n_override: BackendDescriptor | None = None,
+                     k_override: BackendDescriptor | None = None) -> BackendDescriptor:
+    """A finalized batched matmul ``c[..., m, n] = a[..., m, k] @ b[..., k, n]``.
+
+    The leading (batch) dimensions broadcast: a dimension of ``a`` or ``b`` that divides
+    ``c``'s is shared by consecutive groups of ``c``'s entries (grouped-query attention's
+    heads).  ``m_override``/``n_override``/``k_override`` are int32 tensors of one value per
+    batch (``[b, 1, 1, 1]``): the rows, columns or inner extent actually used per batch
+    entry (sequence lengths).
+    """
+    T = _lib
+    attrs = [(T.CUDNN_ATTR_OPERATION_MATMUL_ADESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, a),
+             (T.CUDNN_ATTR_OPERATION_MATMUL_BDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, b),
+             (T.CUDNN_ATTR_OPERATION_MATMUL_CDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, c),
+             (T.CUDNN_ATTR_OPERATION_MATMUL_DESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, desc)]
+    for attr, t in ((T.CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m_override),
+                    (T.CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n_override),
+                    (T.CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k_override)):
+        if t is not None:
+            attrs.append((attr, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, t))
+    return make(T.CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, *attrs)
+
+
+#: Reduction operator name -> ``cudnnReduceTensorOp_t`` (``"add"``, ``"max"``, ``"amax"``...).
+REDUCTION_OPS = {k[len("CUDNN_REDUCE_TENSOR_"):].lower(): v for k, v in vars(_lib).items()
+                 if k.startswith("CUDNN_REDUCE_TENSOR_") and isinstance(v, int)
+                 and not k.endswith(("_INDICES", "_INDICES_32BIT"))}
+
+
+def reduction(op: str, *, compute=np.float32,
+              deterministic: bool | None = None) -> BackendDescriptor:
+    """A finalized reduction descriptor: ``op`` one of :data:`REDUCTION_OPS`, accumulated in
+    ``compute``; ``deterministic`` asks for a fixed summation order (cuDNN >= 9.11)."""
+    if op not in REDUCTION_OPS:
+        raise ValueError(f"reduction op must be one of {sorted(REDUCTION_OPS)}, not {op!r}")
+    T = _lib
+    attrs = [(T.CUDNN_ATTR_REDUCTION_OPERATOR, T.CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+              REDUCTION_OPS[op]),
+             (T.CUDNN_ATTR_REDUCTION_COMP_TYPE, T.CUDNN_TYPE_DATA_TYPE, data_type(compute))]
+    if deterministic is not None:
+        attrs.append((T.CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, T.CUDNN_TYPE_BOOLEAN,
+                      bool(deterministic)))
+    return make(T.CUDNN_BACKEND_REDUCTION_DESCRIPTOR, *attrs)
+
+
+def reduction_operation(desc: BackendDescriptor, x: BackendDescriptor,
+                        y: BackendDescriptor) -> BackendDescriptor:
+    """A finalized reduction of ``x`` into ``y``: every dimension where ``y`` has extent 1 and
+    ``x`` more is reduced (a dimension of ``y`` dividing ``x``'s reduces groups of
+    consecutive entries)."""
+    T = _lib
+    return make(T.CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                (T.CUDNN_ATTR_OPERATION_REDUCTION_DESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, desc),
+                (T.CUDNN_ATTR_OPERATION_REDUCTION_XDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, x),
+                (T.CUDNN_ATTR_OPERATION_REDUCTION_YDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, y))
+
+
+#: RNG distribution name -> ``cudnnRngDistribution_t``.
+RNG_DISTRIBUTIONS = {"bernoulli": _lib.CUDNN_RNG_DISTRIBUTION_BERNOULLI,
+                     "uniform": _lib.CUDNN_RNG_DISTRIBUTION_UNIFORM,
+                     "normal": _lib.CUDNN_RNG_DISTRIBUTION_NORMAL}
+
+
+def rng(distribution: str = "bernoulli", *, probability: float | None = None,
+        mean: float | None = None, std: float | None = None, minimum: float | None = None,
+        maximum: float | None = None) -> BackendDescriptor:
+    """A finalized random-number descriptor: ``"bernoulli"`` (ones with ``probability``),
+    ``"uniform"`` (``minimum``..``maximum``) or ``"normal"`` (``mean``, ``std``)."""
+    if distribution not in RNG_DISTRIBUTIONS:
+        raise ValueError(f"distribution must be one of {sorted(RNG_DISTRIBUTIONS)}, "
+                         f"not {distribution!r}")
+    T = _lib
+    want = {"bernoulli": {"probability": (T.CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY,
+                                          probability)},
+            "uniform": {"minimum": (T.CUDNN_ATTR_RNG_UNIFORM_DIST_MINIMUM, minimum),
+                        "maximum": (T.CUDNN_ATTR_RNG_UNIFORM_DIST_MAXIMUM, maximum)},
+            "normal": {"mean": (T.CUDNN_ATTR_RNG_NORMAL_DIST_MEAN, mean),
+                       "std": (T.CUDNN_ATTR_RNG_NORMAL_DIST_STANDARD_DEVIATION, std)}}
+    given = {k for k, v in (("probability", probability), ("mean", mean), ("std", std),
+                            ("minimum", minimum), ("maximum", maximum)) if v is not None}
+    if given - set(want[distribution]):
+        raise TypeError(f"the {distribution} distribution takes {sorted(want[distribution])}, "
+                        f"not {sorted(given - set(want[distribution]))}")
+    if probability is not None and not 0.0 <= probability <= 1.0:
+        raise ValueError(f"probability must be in [0, 1], got {probability}")
+    attrs = [(T.CUDNN_ATTR_RNG_DISTRIBUTION, T.CUDNN_TYPE_RNG_DISTRIBUTION,
+              RNG_DISTRIBUTIONS[distribution])]
+    attrs += [(attr, T.CUDNN_TYPE_DOUBLE, float(v)) for attr, v in want[distribution].values()
+              if v is not None]
+    return make(T.CUDNN_BACKEND_RNG_DESCRIPTOR, *attrs)
+
+
+def rng_operation(desc: BackendDescriptor, y: BackendDescriptor, *, seed,
+                  offset: BackendDescriptor | None = None) -> BackendDescriptor:
+    """A finalized random-number operation filling ``y`` (Philox).
+
+    ``seed`` is an int baked into the operation, or an int64 tensor (one element, on the
+    device or by value) read at every execution, with ``offset`` (the same kind of tensor)
+    the position in the stream: the same seed and offset give the same numbers.
+    """
+    T = _lib
+    attrs = [(T.CUDNN_ATTR_OPERATION_RNG_DESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, desc),
+             (T.CUDNN_ATTR_OPERATION_RNG_YDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, y)]
+    if isinstance(seed, BackendDescriptor):
+        if offset is None:
+            raise ValueError("a seed tensor needs an offset tensor")
+        attrs += [(T.CUDNN_ATTR_OPERATION_RNG_SEED, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, seed),
+                  (T.CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                   offset)]
+    else:
+        if offset is not None:
+            raise ValueError("an int seed takes no offset tensor")
+        attrs.append((T.CUDNN_ATTR_OPERATION_RNG_SEED, T.CUDNN_TYPE_INT64, int(seed)))
+    return make(T.CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, *attrs)
+
+
+def reshape_operation(x: BackendDescriptor, y: BackendDescriptor) -> BackendDescriptor:
+    """A finalized reshape: ``y`` views ``x``'s elements with other dimensions and strides
+    (a transpose, when both are virtual: the consumer reads it transposed)."""
+    T = _lib
+    return make(T.CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                (T.CUDNN_ATTR_OPERATION_RESHAPE_XDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, x),
+                (T.CUDNN_ATTR_OPERATION_RESHAPE_YDESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, y))
 
 
 def operation_graph(ops, handle=None) -> BackendDescriptor:

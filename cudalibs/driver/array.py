@@ -864,9 +864,11 @@ def coerce(obj, what: str, stream=None) -> DeviceArray:
                         "cudalibs.to_device()")
     try:
         cai = obj.__cuda_array_interface__
-    except AttributeError:
+    except (AttributeError, TypeError):
+        # TypeError: a producer that has the protocol but cannot describe this dtype in it
+        # (some raise for bfloat16) -- DLPack may still carry it.
         cai = None
-    if cai is not None:
+    if cai is not None and not (_untyped_half(cai) and hasattr(obj, "__dlpack__")):
         return _from_cai(obj, cai, what, stream)
     if hasattr(obj, "__dlpack__"):
         if not _dlpack_is_cuda(obj):
@@ -879,6 +881,13 @@ def coerce(obj, what: str, stream=None) -> DeviceArray:
         return from_dlpack(obj, stream=stream)
     raise TypeError(f"{what} is a {type(obj).__name__}, not a device array: it has neither "
                     "__cuda_array_interface__ nor __dlpack__")
+
+
+def _untyped_half(cai) -> bool:
+    """Whether a CAI dict describes 2-byte elements only as raw bytes (``"<V2"``): bfloat16
+    as PyTorch exports it, which DLPack names exactly."""
+    t = cai.get("typestr") if isinstance(cai, dict) else None
+    return isinstance(t, str) and len(t) >= 3 and t[1] == "V" and t[2:] == "2"
 
 
 def _pointer_device(ptr: int) -> Device:

@@ -1,7 +1,8 @@
 """Python wrappers of the shipped kernel library (the ``ptx/`` sources), one module per PTX
 file: :mod:`~cudalibs.kernels.elementwise`, :mod:`~cudalibs.kernels.matmul`,
 :mod:`~cudalibs.kernels.softmax`, :mod:`~cudalibs.kernels.layout`,
-:mod:`~cudalibs.kernels.wmma`; every function is re-exported here.
+:mod:`~cudalibs.kernels.wmma`, :mod:`~cudalibs.kernels.train` (losses, optimizers, embeddings,
+pooling for training); every function is re-exported here.
 
 One function per operation, taking :class:`~cudalibs.DeviceArray` objects (or anything
 :func:`cudalibs.asarray` accepts: PyTorch and CuPy arrays, any ``__cuda_array_interface__`` or
@@ -37,6 +38,15 @@ batch_norm_relu_infer
 matmul_naive, matmul_tiled, bmm          float32
 wmma_gemm                                float16 in; float32 or float16 out
 transpose, nchw_to_nhwc, nhwc_to_nchw    any 2-, 4- or 8-byte type
+cross_entropy(_backward), accuracy_count float32, float16, bfloat16 logits; int32/int64
+                                         labels; float32 loss and count
+sgd, adamw                               float32 parameters and state; float32, float16
+                                         or bfloat16 gradients (adamw: a float16/bfloat16
+                                         copy of the weights on request)
+embedding(_backward)                     float32, float16, bfloat16 rows; int32/int64 ids;
+                                         float32 gradient (atomic scatter-add)
+global_avg_pool(_backward)               float32, float16, bfloat16
+step_increment                           int32 device counter
 =======================================  ===========================================
 """
 
@@ -46,9 +56,14 @@ from .elementwise import (add, axpy, batch_norm_relu_infer, bias_gelu, bias_relu
 from .layout import nchw_to_nhwc, nhwc_to_nchw, transpose
 from .matmul import bmm, matmul_naive, matmul_tiled
 from .softmax import log_softmax, softmax
+from .train import (CrossEntropy, accuracy_count, adamw, cross_entropy, cross_entropy_backward,
+                    embedding, embedding_backward, global_avg_pool, global_avg_pool_backward, sgd,
+                    step_increment)
 from .wmma import wmma_gemm
 
 __all__ = ["add", "axpy", "scale", "fill", "matmul_naive", "matmul_tiled", "bmm", "softmax",
            "log_softmax", "transpose", "nchw_to_nhwc", "nhwc_to_nchw", "bias_relu",
            "bias_gelu", "channel_bias_act", "batch_norm_relu_infer", "relu_backward",
-           "wmma_gemm", "clear_cache"]
+           "wmma_gemm", "clear_cache", "CrossEntropy", "cross_entropy",
+           "cross_entropy_backward", "accuracy_count", "sgd", "adamw", "step_increment",
+           "embedding", "embedding_backward", "global_avg_pool", "global_avg_pool_backward"]

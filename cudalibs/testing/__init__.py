@@ -187,8 +187,9 @@ def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, msg="
         return
 
     wide = np.complex128 if (a.dtype.kind == "c" or e.dtype.kind == "c") else np.float64
-    a64 = a.astype(wide)
-    e64 = e.astype(wide)
+    # At least 1-d: the masks below are assigned into, which a 0-d result would not allow.
+    a64 = np.atleast_1d(a.astype(wide))
+    e64 = np.atleast_1d(e.astype(wide))
     finite = np.isfinite(e64)
     bad = finite & ~np.isfinite(a64)
     if not finite.all():

@@ -1,0 +1,264 @@
+"""Scaled dot-product attention through cudalibs' cuDNN graph plans beside PyTorch's cuDNN and
+flash backends.
+
+Run from a checkout::
+
+    PYTHONPATH=. python3 benchmarks/attention.py [--rows 0,4] [--quick]
+
+What is measured
+----------------
+The rows of the attention table of the cuDNN issue, bfloat16, ``d = 128`` unless said:
+b4 h32 s2048; the same causal; b1 h32 s8192 causal; b1 hq64 hkv8 s8192 causal (GQA);
+b16 h16 s512 d64.  For each:
+
+``fwd``   the training forward (writes the softmax statistics): ours is an autotuned
+          :class:`~cudalibs.cudnn.attention.SdpaPlan` executed with ``out=``/``stats=`` given;
+          torch is ``F.scaled_dot_product_attention`` on inputs that require grad, under
+          ``torch.nn.attention.sdpa_kernel`` pinned to ``CUDNN_ATTENTION`` and to
+          ``FLASH_ATTENTION`` in turn.
+``bwd``   ours an autotuned :class:`~cudalibs.cudnn.attention.SdpaBackwardPlan`; torch
+          ``torch.autograd.grad(o, (q, k, v), do)`` of the forward above (the backward only).
+``1-shot`` the forward through the one-shot ``cudnn.attention.sdpa(..., out=o)`` (plan cache
+          lookup + argument checks per call), to show what the per-call cost adds.
+
+TFLOP/s: forward ``4 b h_q s_q s_kv d`` (halved when causal), backward 2.5 times that.  Each
+library on its own stream with its own CUDA events, warm-up calls first, then the median of
+loops of calls, the contenders' loops interleaved (benchmarks/_common.py).  Ratios are ours
+over torch's fastest backend: above 1 means cudalibs is faster.  Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if not __package__:  # run as a script: measure this checkout's cudalibs, not an installed one
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import _common as common
+else:  # python -m benchmarks.attention
+    from . import _common as common
+
+import cudalibs as cl
+from cudalibs import cudnn, dtypes
+from cudalibs.cudnn import attention as attn
+
+#: (label, b, h_q, h_kv, s, d, causal)
+ROWS = [("b4 h32 s2048", 4, 32, 32, 2048, 128, False),
+        ("b4 h32 s2048 causal", 4, 32, 32, 2048, 128, True),
+        ("b1 h32 s8192 causal", 1, 32, 32, 8192, 128, True),
+        ("b1 hq64 hkv8 s8192 causal (GQA)", 1, 64, 8, 8192, 128, True),
+        ("b16 h16 s512 d64", 16, 16, 16, 512, 64, False)]
+ITERS, REPEATS, WARMUP = 10, 5, 2
+
+
+def _tflops(flops, ms):
+    return flops / (ms * 1e-3) / 1e12 if isinstance(ms, float) else None
+
+
+def _fmt(v):
+    return f"{v:.0f}" if isinstance(v, float) else common.NA
+
+
+def _torch_cases(torch, ts, q, k, v, do, causal, gqa):
+    """{backend: (fwd fn, bwd fn)} for torch's cuDNN and flash backends (those that run)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    F = torch.nn.functional
+    tq, tk, tv = (torch.from_dlpack(a).detach().requires_grad_(True) for a in (q, k, v))
+    tdo = torch.from_dlpack(do)
+    out = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("flash", SDPBackend.FLASH_ATTENTION)):
+        def fwd(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal,
+                                                      enable_gqa=gqa)
+        try:
+            with torch.cuda.stream(ts):
+                o = fwd()
+                torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True)
+            ts.synchronize()
+        except Exception as exc:  # noqa: BLE001 - a backend that refuses the problem
+            out[name] = f"n/a ({type(exc).__name__})"
+            continue
+
+        def bwd(o=o):
+            return torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True)
+        out[name] = (fwd, bwd)
+    return out
+
+
+def row(torch, s, ts, label, b, h_q, h_kv, sq, d, causal):
+    bf16 = dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    mk = lambda shape: cl.to_device((rng.standard_normal(shape, np.float32) * 0.5).astype(bf16))  # noqa: E731
+    q, k, v = mk((b, h_q, sq, d)), mk((b, h_kv, sq, d)), mk((b, h_kv, sq, d))
+    do = mk((b, h_q, sq, d))
+    o = cl.empty((b, h_q, sq, d), bf16)
+    st = cl.empty((b, h_q, sq, 1), np.float32)
+    dq, dk, dv = cl.empty(q.shape, bf16), cl.empty(k.shape, bf16), cl.empty(v.shape, bf16)
+    t0 = time.perf_counter()
+    fplan = attn.SdpaPlan(q, k, v, causal=causal, training=True)
+    fplan.autotune(stream=s)
+    bplan = attn.SdpaBackwardPlan(q, k, v, o, do, causal=causal)
+    bplan.autotune(stream=s)
+    fplan.execute(q, k, v, out=o, stats=st, stream=s)
+    plan_s = time.perf_counter() - t0
+    for p in (fplan, bplan):     # every candidate's time, for the record
+        print(f"  {label} {p.kind}: " + ", ".join(f"{c['name']} {c.get('ms', float('nan')):.3f} ms"
+                                               for c in p.candidates), file=sys.stderr)
+    clock = common.cudalibs_clock(s)
+    fwd_cases = [(lambda: fplan.execute(q, k, v, out=o, stats=st, stream=s), clock),
+                 (lambda: attn.sdpa(q, k, v, causal=causal, out=o, stream=s), clock)]
+    bwd_cases = [(lambda: bplan.execute(q, k, v, o, do, st, out=(dq, dk, dv), stream=s),
+                  clock)]
+    names = []
+    if torch is not None:
+        tclock = common.torch_clock(torch, ts)
+        s.sync()
+        for name, fns in _torch_cases(torch, ts, q, k, v, do, causal, h_q != h_kv).items():
+            if isinstance(fns, str):
+                names.append((name, fns))
+                continue
+            names.append((name, None))
+            fwd_cases.append((fns[0], tclock))
+            bwd_cases.append((fns[1], tclock))
+        torch.cuda.set_stream(ts)
+    try:
+        fwd = [common.median_spread(t)[0] for t in common.time_interleaved(
+            fwd_cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)]
+        bwd = [common.median_spread(t)[0] for t in common.time_interleaved(
+            bwd_cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)]
+    finally:
+        if torch is not None:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+    flops = 4.0 * b * h_q * sq * sq * d / (2 if causal else 1)
+    ours_f, oneshot_f = _tflops(flops, fwd[0]), _tflops(flops, fwd[1])
+    ours_b = _tflops(2.5 * flops, bwd[0])
+    theirs = {}
+    i = 2
+    for name, why in names:
+        if why is None:
+            theirs[name] = (_tflops(flops, fwd[i]), _tflops(2.5 * flops, bwd[i - 1]))
+            i += 1
+        else:
+            theirs[name] = (why, why)
+    best_f = max((t[0] for t in theirs.values() if isinstance(t[0], float)), default=None)
+    best_b = max((t[1] for t in theirs.values() if isinstance(t[1], float)), default=None)
+    cu = theirs.get("cudnn", (None, None))
+    fl = theirs.get("flash", (None, None))
+    return [label, _fmt(ours_f), _fmt(oneshot_f), _fmt(cu[0]) if isinstance(cu[0], float)
+            else str(cu[0] or common.NA), _fmt(fl[0]) if isinstance(fl[0], float)
+            else str(fl[0] or common.NA), common.fmt_ratio(ours_f, best_f), _fmt(ours_b),
+            _fmt(cu[1]) if isinstance(cu[1], float) else str(cu[1] or common.NA),
+            _fmt(fl[1]) if isinstance(fl[1], float) else str(fl[1] or common.NA),
+            common.fmt_ratio(ours_b, best_b),
+            f"{fplan.candidates[fplan.choice]['name']} / {bplan.candidates[bplan.choice]['name']}",
+            f"{plan_s:.1f}"]
+
+
+def host_overhead(torch, s, ts):
+    """Microseconds per call on a cache hit, tiny problem (b1 h1 s64 d64, GPU time ~ the
+    launch): cudalibs' plan and one-shot, the bare ``cudnnBackendExecute`` they wrap, torch."""
+    rng = np.random.default_rng(3)
+    bf16 = dtypes.bfloat16
+    q = cl.to_device(rng.standard_normal((1, 1, 64, 64), np.float32).astype(bf16))
+    o = cl.empty(q.shape, bf16)
+    plan = attn.SdpaPlan(q, q, q)
+    plan.execute(q, q, q, out=o, stream=s)
+    n = 2000
+
+    def per_call(fn, sync):
+        for _ in range(50):
+            fn()
+        sync()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        return best
+
+    run = plan._exe
+    h = cudnn.handle.handle_for(s.device, s.handle)
+    ws_ptr, _ = cudnn.handle.workspace(s.device, s.handle, run.workspace)
+    ptrs = run.pointers({"q": q.ptr, "k": q.ptr, "v": q.ptr, "o": o.ptr}, ws_ptr)
+    g = run.gplan
+    vp = g.pack(ptrs, ws_ptr)
+    L = cudnn._lib.get()
+    hr, pr, vr = h.raw, g._raw, vp._raw
+    rows = [["cudalibs SdpaPlan.execute(out=o)",
+             f"{per_call(lambda: plan.execute(q, q, q, out=o, stream=s), s.sync):.1f}"],
+            ["cudalibs sdpa(out=o) (plan cache hit)",
+             f"{per_call(lambda: attn.sdpa(q, q, q, out=o, stream=s), s.sync):.1f}"],
+            [f"bare cudnnBackendExecute via ctypes ({run.kind} {g.name})",
+             f"{per_call(lambda: L.cudnnBackendExecute(hr, pr, vr), s.sync):.1f}"]]
+    if torch is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        tq = torch.from_dlpack(q)
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("flash", SDPBackend.FLASH_ATTENTION)):
+            def call(backend=backend):
+                with sdpa_kernel(backend):
+                    torch.nn.functional.scaled_dot_product_attention(tq, tq, tq)
+            try:
+                with torch.cuda.stream(ts):
+                    rows.append([f"torch F.scaled_dot_product_attention ({name})",
+                                 f"{per_call(call, ts.synchronize):.1f}"])
+            except Exception as exc:  # noqa: BLE001
+                rows.append([f"torch ({name})", f"n/a ({type(exc).__name__})"])
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=None,
+                    help="comma-separated indices of the rows to measure (default: all)")
+    ap.add_argument("--quick", action="store_true", help="fewer timed loops")
+    args = ap.parse_args()
+    global ITERS, REPEATS
+    if args.quick:
+        ITERS, REPEATS = 5, 3
+    common.exit_if_no_gpu("benchmarks/attention.py")
+    torch_peer = common.load_torch()
+    torch = torch_peer.module
+    dev = cl.Device(0)
+    s = cl.Stream(dev)
+    ts = torch.cuda.Stream() if torch is not None else None
+    print("## Scaled dot-product attention (bfloat16)\n")
+    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version_tuple()))}"
+          f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version}")
+    print(f"- TFLOP/s, median of {REPEATS} loops of {ITERS} calls; ratios: ours over torch's "
+          "fastest backend\n")
+    t0 = time.perf_counter()
+    rows = []
+    picked = ROWS if args.rows is None else [ROWS[int(i)] for i in args.rows.split(",") if i]
+    for spec in picked:
+        try:
+            rows.append(row(torch, s, ts, *spec))
+        except Exception as exc:  # noqa: BLE001 - report the row and go on
+            rows.append([spec[0], f"error: {type(exc).__name__}: {str(exc)[:120]}"] +
+                        [""] * 10)
+        # each row as it is done, so a run cut short still reports what it measured
+        print(f"  {' | '.join(rows[-1])} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
+              flush=True)
+    print(common.markdown_table(
+        ["problem", "fwd ours", "fwd 1-shot", "fwd torch cuDNN", "fwd torch flash",
+         "fwd ours/best", "bwd ours", "bwd torch cuDNN", "bwd torch flash", "bwd ours/best",
+         "our engines (fwd / bwd)", "plan+tune s"], rows, right={1, 2, 3, 4, 5, 6, 7, 8, 9, 11}))
+    print()
+    print(common.markdown_table(["host time per call (cache hit, b1 h1 s64 d64 forward)",
+                                 "us"], host_overhead(torch, s, ts), right={1}))
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
