@@ -48,7 +48,7 @@ else:  # python -m benchmarks.norm
 import cudalibs as cl
 # The module by its full name: once cudalibs.cudnn exports the function layer_norm, the
 # package attribute of that name is the function, not this module.
-LN = importlib.import_module("cudalibs.cudnn.layer_norm")
+LN = importlib.import_module("cudalibs.cudnn.norms")
 
 ROWS, FEATS, EPS = 16384, 4096, 1e-5
 ITERS, REPEATS, WARMUP = 20, 9, 3

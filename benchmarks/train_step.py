@@ -41,6 +41,7 @@ from _common import (cudalibs_clock, exit_if_no_gpu, fmt_ratio, load_torch,  # n
 def _example(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod         # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -154,13 +155,91 @@ def cnn_rows(torch, iters, repeats):
 
 
 # -- the transformer ------------------------------------------------------------------------
+TFM_SIZES = {
+    "small": dict(),                                            # the example's defaults
+    "large": dict(d_model=512, heads=8, layers=4, ffn=2048, seq=256, batch=32),
+}
+
+
+def _tfm_torch(torch, E, cfg, params):
+    """The same network in PyTorch as its users write it: float32 parameters, bfloat16
+    autocast, fused AdamW on the float32 weights (the masters), capturable for the graph."""
+    F = torch.nn.functional
+    dev = torch.device("cuda")
+    w = {k: torch.tensor(v, device=dev, requires_grad=True) for k, v in params.items()}
+    names = list(w)
+    opt = torch.optim.AdamW(
+        [{"params": [w[k] for k in names if E.decays(k)], "weight_decay": cfg.weight_decay},
+         {"params": [w[k] for k in names if not E.decays(k)], "weight_decay": 0.0}],
+        lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=True, capturable=True)
+    c, h, d = cfg.d_model, cfg.heads, cfg.head_dim
+
+    def loss_of(ids, tg):
+        b, s = ids.shape
+        t = b * s
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            x = F.embedding(ids, w["tok_emb"]) + F.embedding(
+                torch.arange(s, device=dev), w["pos_emb"])[None]
+            x = x.reshape(t, c)
+            for i in range(cfg.layers):
+                def p(n):
+                    return w[f"h{i}.{n}"]
+                qkv = F.linear(F.layer_norm(x, (c,), p("ln1.w"), p("ln1.b"), cfg.ln_eps),
+                               p("qkv.w"), p("qkv.b"))
+                q, k, v = (z.transpose(1, 2) for z in qkv.view(b, s, 3, h, d).unbind(2))
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + F.linear(o.transpose(1, 2).reshape(t, c), p("proj.w"), p("proj.b"))
+                hid = F.gelu(F.linear(F.layer_norm(x, (c,), p("ln2.w"), p("ln2.b"),
+                                                   cfg.ln_eps), p("fc1.w"), p("fc1.b")),
+                             approximate="tanh")
+                x = x + F.linear(hid, p("fc2.w"), p("fc2.b"))
+            logits = F.linear(F.layer_norm(x, (c,), w["lnf.w"], w["lnf.b"], cfg.ln_eps),
+                              w["head.w"])
+        return F.cross_entropy(logits.float(), tg.reshape(t), ignore_index=E.IGNORE_INDEX)
+
+    def step(ids, tg):
+        opt.zero_grad(set_to_none=False)
+        loss = loss_of(ids, tg)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
 def transformer_rows(torch, iters, repeats):
+    from dataclasses import replace
+
     E = _example("transformer_train")
-    bench = getattr(E, "benchmark_cases", None)
-    if bench is None:
-        raise RuntimeError("examples/transformer_train.py offers no benchmark_cases()")
-    return bench(torch, iters=iters, repeats=repeats, time_calls=time_calls,
-                 cudalibs_clock=cudalibs_clock, torch_clock=torch_clock)
+    rows = []
+    for size, over in TFM_SIZES.items():
+        cfg = replace(E.Config(), **over).check()
+        params = E.init_params(cfg, 0)
+        ids_h, tg_h = E.make_batch(np.random.default_rng(0), cfg)
+        model = E.build(cfg, 0)
+        s = model.stream
+        ids, tg = cl.to_device(ids_h, stream=s), cl.to_device(tg_h, stream=s)
+        clock = cudalibs_clock(s)
+        eager = statistics.median(time_calls(lambda: E.train_step(model, ids, tg), clock,
+                                             iters=iters, repeats=repeats, warmup=3))
+        graphed = cl.StepGraph(lambda a, b: E.train_step(model, a, b), ids, tg, stream=s)
+        replay = statistics.median(time_calls(lambda: graphed(ids, tg), clock, iters=iters,
+                                              repeats=repeats, warmup=3))
+        ts = torch.cuda.Stream()
+        tids = torch.as_tensor(ids_h, device="cuda").long()
+        ttg = torch.as_tensor(tg_h, device="cuda").long()
+        tclock = torch_clock(torch, ts)
+        tstep = _tfm_torch(torch, E, cfg, params)
+        with torch.cuda.stream(ts):
+            t_eager = statistics.median(time_calls(lambda: tstep(tids, ttg), tclock,
+                                                   iters=iters, repeats=repeats, warmup=3))
+        tgraph = _torch_graphed(torch, _tfm_torch(torch, E, cfg, params), tids, ttg, ts)
+        with torch.cuda.stream(ts):
+            t_graph = statistics.median(time_calls(tgraph, tclock, iters=iters,
+                                                   repeats=repeats, warmup=3))
+        rows.append(("transformer", size,
+                     f"d{cfg.d_model} L{cfg.layers} h{cfg.heads} b{cfg.batch} s{cfg.seq} bf16",
+                     eager, replay, t_eager, t_graph))
+    return rows
 
 
 def main(argv=None) -> int:

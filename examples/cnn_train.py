@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 
 import cudalibs as cl  # noqa: E402
 from cudalibs import cublas, cudnn, kernels  # noqa: E402
-from cudalibs.kernels import train as tk  # noqa: E402
+from cudalibs import kernels as tk  # noqa: E402
 
 #: Test accuracy the default run reaches.
 TARGET_ACCURACY = 0.95

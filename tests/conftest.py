@@ -102,6 +102,23 @@ def elf_needed(path: str) -> list[str]:
         return []
 
 
+def _loaded_cudnn_path(loader) -> str | None:
+    """Where the libcudnn in this process was loaded from: the loader's record, or -- when a
+    test reset the records after cuDNN was loaded -- the process's own memory map."""
+    info = loader.loaded().get("cudnn")
+    if info is not None and info.path:
+        return info.path
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith("libcudnn.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 def _cudnn_needs_missing_libcuda(exc: BaseException) -> str | None:
     """The skip reason when ``exc`` is cuDNN failing to load a sublibrary for want of libcuda."""
     try:
@@ -114,11 +131,11 @@ def _cudnn_needs_missing_libcuda(exc: BaseException) -> str | None:
     missing = libcuda_missing()
     if missing is None:
         return None
-    info = _loader.loaded().get("cudnn")
-    if info is None or not info.path:
+    path = _loaded_cudnn_path(_loader)
+    if path is None:
         return None
     linking = sorted(os.path.basename(p)
-                     for p in glob.glob(os.path.join(os.path.dirname(info.path), "libcudnn*.so*"))
+                     for p in glob.glob(os.path.join(os.path.dirname(path), "libcudnn*.so*"))
                      if LIBCUDA in elf_needed(p))
     if not linking:
         return None

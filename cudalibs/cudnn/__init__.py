@@ -21,7 +21,7 @@
   :mod:`~cudalibs.cudnn.activation`: batch-norm, pooling, activations, softmax, add_tensor.
 - :mod:`~cudalibs.cudnn.attention` (lowered by :mod:`~cudalibs.cudnn.attention_graph`):
   scaled dot-product attention forward and backward (``sdpa``, ``SdpaPlan``...) on the graph
-  API; :mod:`~cudalibs.cudnn.layer_norm`: layer norm and RMS norm forward and backward on
+  API; :mod:`~cudalibs.cudnn.norms`: layer norm and RMS norm forward and backward on
   the backend norm operations; :mod:`~cudalibs.cudnn.rnn`: recurrent layers (LSTM, GRU,
   tanh/ReLU cells) on the v8 RNN API.
 
@@ -47,12 +47,15 @@ from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, FilterDes
                           descriptor_cache_size, filter_descriptor, pooling_descriptor,
                           tensor_descriptor)
 from .handle import release_workspaces, set_workspace_limit, workspace_bytes, workspace_limit
-from .layer_norm import (NORM_BACKWARD_KEY, NORM_FORWARD_KEY, NoNormEngineError,
+from .norms import (NORM_BACKWARD_KEY, NORM_FORWARD_KEY, NoNormEngineError,
                          NormBackwardPlan, NormForwardPlan, clear_norm_cache, layer_norm,
                          layer_norm_backward, norm_cache, rms_norm, rms_norm_backward)
 from .norm import (BatchNormState, batch_norm_backward, batch_norm_infer, batch_norm_paths,
                    batch_norm_train)
 from .pooling import pooling_backward, pooling_forward, pooling_output_shape
+from .rnn import (RNN, RNN_ALGOS, RNN_DATA_KEY, DropoutDescriptor, RNNDataDescriptor,
+                  RNNDescriptor, RNNState)
+from .rnn_weights import RNNSpec, RNNWeights, rnn_spec
 
 __all__ = [
     "version", "version_tuple", "last_error_string", "check_versions", "graph",
@@ -76,4 +79,6 @@ __all__ = [
     "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "NormForwardPlan",
     "NormBackwardPlan", "NoNormEngineError", "NORM_FORWARD_KEY", "NORM_BACKWARD_KEY",
     "norm_cache", "clear_norm_cache",
+    "RNN", "RNNState", "RNNWeights", "RNNSpec", "rnn_spec", "RNNDescriptor", "RNNDataDescriptor",
+    "DropoutDescriptor", "RNN_ALGOS", "RNN_DATA_KEY",
 ]

@@ -1256,4 +1256,209 @@ TABLE += [
 ]
 # == end of the graph (backend) API ===============================================================
 
+# == RNNs: cudnn_adv.h ============================================================================
+# The v8 RNN API (cudnn_adv.h, forwarded by libcudnn.so.9 to libcudnn_adv.so.9) and the dropout
+# descriptor it takes (cudnn_ops.h).  Used by cudalibs.cudnn.rnn.  cudnn.h includes
+# cudnn_adv.h; naming it as well keeps these rows checked should the umbrella ever stop.
+HEADERS += ("cudnn_adv.h",)
+from ctypes import c_int32, c_uint32, c_ulonglong  # noqa: E402
+
+cudnnRNNAlgo_t = c_int
+cudnnForwardMode_t = c_int
+cudnnRNNMode_t = c_int
+cudnnRNNBiasMode_t = c_int
+cudnnDirectionMode_t = c_int
+cudnnRNNInputMode_t = c_int
+cudnnRNNClipMode_t = c_int
+cudnnRNNDataLayout_t = c_int
+cudnnWgradMode_t = c_int
+
+# typedef struct cudnnRNNStruct *cudnnRNNDescriptor_t (and likewise below)
+cudnnRNNDescriptor_t = opaque_handle("cudnnRNNStruct")
+cudnnRNNDataDescriptor_t = opaque_handle("cudnnRNNDataStruct")
+# typedef struct cudnnDropoutStruct *cudnnDropoutDescriptor_t (cudnn_ops.h)
+cudnnDropoutDescriptor_t = opaque_handle("cudnnDropoutStruct")
+
+# enum cudnnRNNAlgo_t
+CUDNN_RNN_ALGO_STANDARD = 0
+CUDNN_RNN_ALGO_PERSIST_STATIC = 1
+CUDNN_RNN_ALGO_PERSIST_DYNAMIC = 2
+CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H = 3
+CUDNN_RNN_ALGO_COUNT = 4
+# enum cudnnForwardMode_t
+CUDNN_FWD_MODE_INFERENCE = 0
+CUDNN_FWD_MODE_TRAINING = 1
+# enum cudnnRNNMode_t
+CUDNN_RNN_RELU = 0
+CUDNN_RNN_TANH = 1
+CUDNN_LSTM = 2
+CUDNN_GRU = 3
+# enum cudnnRNNBiasMode_t
+CUDNN_RNN_NO_BIAS = 0
+CUDNN_RNN_SINGLE_INP_BIAS = 1
+CUDNN_RNN_DOUBLE_BIAS = 2
+CUDNN_RNN_SINGLE_REC_BIAS = 3
+# enum cudnnDirectionMode_t
+CUDNN_UNIDIRECTIONAL = 0
+CUDNN_BIDIRECTIONAL = 1
+# enum cudnnRNNInputMode_t
+CUDNN_LINEAR_INPUT = 0
+CUDNN_SKIP_INPUT = 1
+# enum cudnnRNNClipMode_t
+CUDNN_RNN_CLIP_NONE = 0
+CUDNN_RNN_CLIP_MINMAX = 1
+# enum cudnnRNNDataLayout_t
+CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED = 0
+CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED = 1
+CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED = 2
+# #define CUDNN_RNN_PADDED_IO_DISABLED 0 / CUDNN_RNN_PADDED_IO_ENABLED (1U << 0): auxFlags bits
+CUDNN_RNN_PADDED_IO_DISABLED = 0
+CUDNN_RNN_PADDED_IO_ENABLED = 1
+# enum cudnnWgradMode_t
+CUDNN_WGRAD_MODE_ADD = 0
+CUDNN_WGRAD_MODE_SET = 1
+
+TABLE += [
+    # cudnnStatus_t cudnnAdvVersionCheck(void)
+    Proto("cudnnAdvVersionCheck", cudnnStatus_t, []),
+    # cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t *dropoutDesc)
+    Proto("cudnnCreateDropoutDescriptor", cudnnStatus_t, [POINTER(cudnnDropoutDescriptor_t)]),
+    # cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc)
+    Proto("cudnnDestroyDropoutDescriptor", cudnnStatus_t, [cudnnDropoutDescriptor_t]),
+    # cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t *sizeInBytes)
+    Proto("cudnnDropoutGetStatesSize", cudnnStatus_t, [cudnnHandle_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc,
+    #                                               size_t *sizeInBytes)
+    Proto("cudnnDropoutGetReserveSpaceSize", cudnnStatus_t,
+          [cudnnTensorDescriptor_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc,
+    #                                         cudnnHandle_t handle, float dropout, void *states,
+    #                                         size_t stateSizeInBytes, unsigned long long seed)
+    Proto("cudnnSetDropoutDescriptor", cudnnStatus_t,
+          [cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, c_void_p, c_size_t, c_ulonglong]),
+    # cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc,
+    #                                             cudnnHandle_t handle, float dropout,
+    #                                             void *states, size_t stateSizeInBytes,
+    #                                             unsigned long long seed)
+    Proto("cudnnRestoreDropoutDescriptor", cudnnStatus_t,
+          [cudnnDropoutDescriptor_t, cudnnHandle_t, c_float, c_void_p, c_size_t, c_ulonglong]),
+    # cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc,
+    #                                         cudnnHandle_t handle, float *dropout,
+    #                                         void **states, unsigned long long *seed)
+    Proto("cudnnGetDropoutDescriptor", cudnnStatus_t,
+          [cudnnDropoutDescriptor_t, cudnnHandle_t, POINTER(c_float), POINTER(c_void_p),
+           POINTER(c_ulonglong)]),
+    # cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t *rnnDesc)
+    Proto("cudnnCreateRNNDescriptor", cudnnStatus_t, [POINTER(cudnnRNNDescriptor_t)]),
+    # cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t rnnDesc)
+    Proto("cudnnDestroyRNNDescriptor", cudnnStatus_t, [cudnnRNNDescriptor_t]),
+    # cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo,
+    #     cudnnRNNMode_t cellMode, cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode,
+    #     cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec,
+    #     cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize,
+    #     int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags)
+    Proto("cudnnSetRNNDescriptor_v8", cudnnStatus_t,
+          [cudnnRNNDescriptor_t, cudnnRNNAlgo_t, cudnnRNNMode_t, cudnnRNNBiasMode_t,
+           cudnnDirectionMode_t, cudnnRNNInputMode_t, cudnnDataType_t, cudnnDataType_t,
+           cudnnMathType_t, c_int32, c_int32, c_int32, c_int32, cudnnDropoutDescriptor_t,
+           c_uint32]),
+    # cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t *algo,
+    #     cudnnRNNMode_t *cellMode, cudnnRNNBiasMode_t *biasMode, cudnnDirectionMode_t *dirMode,
+    #     cudnnRNNInputMode_t *inputMode, cudnnDataType_t *dataType, cudnnDataType_t *mathPrec,
+    #     cudnnMathType_t *mathType, int32_t *inputSize, int32_t *hiddenSize,
+    #     int32_t *projSize, int32_t *numLayers, cudnnDropoutDescriptor_t *dropoutDesc,
+    #     uint32_t *auxFlags)
+    Proto("cudnnGetRNNDescriptor_v8", cudnnStatus_t,
+          [cudnnRNNDescriptor_t, POINTER(cudnnRNNAlgo_t), POINTER(cudnnRNNMode_t),
+           POINTER(cudnnRNNBiasMode_t), POINTER(cudnnDirectionMode_t),
+           POINTER(cudnnRNNInputMode_t), POINTER(cudnnDataType_t), POINTER(cudnnDataType_t),
+           POINTER(cudnnMathType_t), POINTER(c_int32), POINTER(c_int32), POINTER(c_int32),
+           POINTER(c_int32), POINTER(cudnnDropoutDescriptor_t), POINTER(c_uint32)]),
+    # cudnnStatus_t cudnnRNNSetClip_v9(cudnnRNNDescriptor_t rnnDesc,
+    #                                  cudnnRNNClipMode_t clipMode, double lclip, double rclip)
+    Proto("cudnnRNNSetClip_v9", cudnnStatus_t,
+          [cudnnRNNDescriptor_t, cudnnRNNClipMode_t, c_double, c_double]),
+    # cudnnStatus_t cudnnRNNGetClip_v9(cudnnRNNDescriptor_t rnnDesc,
+    #                                  cudnnRNNClipMode_t *clipMode, double *lclip,
+    #                                  double *rclip)
+    Proto("cudnnRNNGetClip_v9", cudnnStatus_t,
+          [cudnnRNNDescriptor_t, POINTER(cudnnRNNClipMode_t), POINTER(c_double),
+           POINTER(c_double)]),
+    # cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+    #                                    int miniBatch)
+    Proto("cudnnBuildRNNDynamic", cudnnStatus_t, [cudnnHandle_t, cudnnRNNDescriptor_t, c_int]),
+    # cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+    #     cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t *workSpaceSize,
+    #     size_t *reserveSpaceSize)
+    Proto("cudnnGetRNNTempSpaceSizes", cudnnStatus_t,
+          [cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, cudnnRNNDataDescriptor_t,
+           POINTER(c_size_t), POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle,
+    #                                          cudnnRNNDescriptor_t rnnDesc,
+    #                                          size_t *weightSpaceSize)
+    Proto("cudnnGetRNNWeightSpaceSize", cudnnStatus_t,
+          [cudnnHandle_t, cudnnRNNDescriptor_t, POINTER(c_size_t)]),
+    # cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+    #     int32_t pseudoLayer, size_t weightSpaceSize, const void *weightSpace,
+    #     int32_t linLayerID, cudnnTensorDescriptor_t mDesc, void **mAddr,
+    #     cudnnTensorDescriptor_t bDesc, void **bAddr)
+    Proto("cudnnGetRNNWeightParams", cudnnStatus_t,
+          [cudnnHandle_t, cudnnRNNDescriptor_t, c_int32, c_size_t, c_void_p, c_int32,
+           cudnnTensorDescriptor_t, POINTER(c_void_p), cudnnTensorDescriptor_t,
+           POINTER(c_void_p)]),
+    # cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t *rnnDataDesc)
+    Proto("cudnnCreateRNNDataDescriptor", cudnnStatus_t, [POINTER(cudnnRNNDataDescriptor_t)]),
+    # cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc)
+    Proto("cudnnDestroyRNNDataDescriptor", cudnnStatus_t, [cudnnRNNDataDescriptor_t]),
+    # cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc,
+    #     cudnnDataType_t dataType, cudnnRNNDataLayout_t layout, int maxSeqLength,
+    #     int batchSize, int vectorSize, const int seqLengthArray[], void *paddingFill)
+    Proto("cudnnSetRNNDataDescriptor", cudnnStatus_t,
+          [cudnnRNNDataDescriptor_t, cudnnDataType_t, cudnnRNNDataLayout_t, c_int, c_int, c_int,
+           POINTER(c_int), c_void_p]),
+    # cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc,
+    #     cudnnDataType_t *dataType, cudnnRNNDataLayout_t *layout, int *maxSeqLength,
+    #     int *batchSize, int *vectorSize, int arrayLengthRequested, int seqLengthArray[],
+    #     void *paddingFill)
+    Proto("cudnnGetRNNDataDescriptor", cudnnStatus_t,
+          [cudnnRNNDataDescriptor_t, POINTER(cudnnDataType_t), POINTER(cudnnRNNDataLayout_t),
+           POINTER(c_int), POINTER(c_int), POINTER(c_int), c_int, POINTER(c_int), c_void_p]),
+    # cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+    #     cudnnForwardMode_t fwdMode, const int32_t devSeqLengths[],
+    #     cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnRNNDataDescriptor_t yDesc,
+    #     void *y, cudnnTensorDescriptor_t hDesc, const void *hx, void *hy,
+    #     cudnnTensorDescriptor_t cDesc, const void *cx, void *cy, size_t weightSpaceSize,
+    #     const void *weightSpace, size_t workSpaceSize, void *workSpace,
+    #     size_t reserveSpaceSize, void *reserveSpace)
+    Proto("cudnnRNNForward", cudnnStatus_t,
+          [cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, c_void_p,
+           cudnnRNNDataDescriptor_t, c_void_p, cudnnRNNDataDescriptor_t, c_void_p,
+           cudnnTensorDescriptor_t, c_void_p, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           c_void_p, c_size_t, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p]),
+    # cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+    #     const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void *y,
+    #     const void *dy, cudnnRNNDataDescriptor_t xDesc, void *dx,
+    #     cudnnTensorDescriptor_t hDesc, const void *hx, const void *dhy, void *dhx,
+    #     cudnnTensorDescriptor_t cDesc, const void *cx, const void *dcy, void *dcx,
+    #     size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize,
+    #     void *workSpace, size_t reserveSpaceSize, void *reserveSpace)
+    Proto("cudnnRNNBackwardData_v8", cudnnStatus_t,
+          [cudnnHandle_t, cudnnRNNDescriptor_t, c_void_p, cudnnRNNDataDescriptor_t, c_void_p,
+           c_void_p, cudnnRNNDataDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           c_void_p, c_void_p, cudnnTensorDescriptor_t, c_void_p, c_void_p, c_void_p,
+           c_size_t, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p]),
+    # cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle,
+    #     cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad,
+    #     const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x,
+    #     cudnnTensorDescriptor_t hDesc, const void *hx, cudnnRNNDataDescriptor_t yDesc,
+    #     const void *y, size_t weightSpaceSize, void *dweightSpace, size_t workSpaceSize,
+    #     void *workSpace, size_t reserveSpaceSize, void *reserveSpace)
+    Proto("cudnnRNNBackwardWeights_v8", cudnnStatus_t,
+          [cudnnHandle_t, cudnnRNNDescriptor_t, cudnnWgradMode_t, c_void_p,
+           cudnnRNNDataDescriptor_t, c_void_p, cudnnTensorDescriptor_t, c_void_p,
+           cudnnRNNDataDescriptor_t, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p,
+           c_size_t, c_void_p]),
+]
+# == end of the RNNs ==============================================================================
+
 get = LazyLibrary("cudnn", TABLE)

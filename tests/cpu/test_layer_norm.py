@@ -17,7 +17,7 @@ from cudalibs.testing.ref import _norm as ref
 
 # The module by its full name: once cudalibs.cudnn exports the function layer_norm, the
 # package attribute of that name is the function, not this module.
-LN = importlib.import_module("cudalibs.cudnn.layer_norm")
+LN = importlib.import_module("cudalibs.cudnn.norms")
 
 T = _lib
 

@@ -2,7 +2,7 @@
 
 Normalisation runs over the last ``normalized_ndim`` dimensions of ``x``: ``x`` is viewed as
 ``(rows, features)`` with ``rows`` the product of the leading dimensions.  The statistics come
-back the way :mod:`cudalibs.cudnn.layer_norm` returns them (and ``torch.native_layer_norm``):
+back the way :func:`cudalibs.cudnn.layer_norm` returns them (and ``torch.native_layer_norm``):
 shape ``x.shape[:-normalized_ndim] + (1,) * normalized_ndim``, so ``(x - mean) * inv_std``
 broadcasts.
 

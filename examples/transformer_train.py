@@ -1,0 +1,603 @@
+"""Train a small decoder-only transformer through cudalibs alone: cuBLASLt, cuDNN, the kernels.
+
+The model (GPT-style, pre-norm), for token ids ``[batch, seq]``::
+
+    x = tok_emb[ids] + pos_emb[positions]                            embedding gathers + add
+    repeat `layers` times:
+        y = layer_norm(x)                                            cudnn.layer_norm
+        q, k, v = split(y @ Wqkv^T + bqkv)                           cuBLASLt, bias epilogue
+        o = softmax(q k^T / sqrt(d), causal) v                       cudnn.sdpa, per head
+        x = x + (o @ Wproj^T + bproj)                                cuBLASLt bias; kernels.add
+        y = layer_norm(x)
+        x = x + (gelu(y @ W1^T + b1) @ W2^T + b2)                    cuBLASLt gelu_aux_bias, bias
+    logits = layer_norm(x) @ Whead^T                                 untied output layer
+    loss = cross_entropy(logits, targets, ignore_index=-100)         train kernels
+
+The backward pass is written out by hand, each step the adjoint of one forward call: the
+cross-entropy gradient kernel; weight gradients as cuBLAS GEMMs of bfloat16 operands into
+float32 (``dW = dY^T X``) and bias gradients as a product with a row of ones; input gradients
+through cuBLASLt; the MLP's GELU through the ``dgelu_bgrad`` epilogue (the gradient of the
+pre-activation, read from the forward's ``aux`` matrix, and the first bias's gradient in the
+same matmul); ``cudnn.layer_norm_backward`` and ``cudnn.sdpa_backward``; the embedding
+scatter-add.  AdamW (:func:`cudalibs.kernels.train.adamw`) updates float32 master weights
+and writes their bfloat16 copies, which the next forward reads.
+
+Precision: activations and matmul operands bfloat16 (float32 accumulation everywhere); the
+layer-norm parameters are used in float32 directly (cuDNN takes float32 scale and bias with
+bfloat16 data); gradients of the weights float32, except the first MLP bias's, which the
+``dgelu_bgrad`` epilogue writes in bfloat16.  The parameters live in three flat groups (the
+matrices, which get weight decay; the other vectors; the first MLP biases with their
+bfloat16 gradients), each one AdamW launch updating its float32 masters and bfloat16 copies.
+
+The task: reverse a sequence.  Each row is ``a_1 .. a_n SEP a_n .. a_2`` and the targets are
+the row shifted by one; the loss counts only the answer half (the reversed tokens): the other
+positions carry the ignore index.  A model that has learnt the task predicts every answer
+token, so the loss goes to 0; guessing gives ``log(vocab - 2)``.
+
+Learning rate and step counter live on the device: ``--graph`` captures one whole step --
+forward, backward, the step counter's increment and the AdamW updates -- into a CUDA graph
+(:class:`cudalibs.StepGraph`) and replays it for every batch, the warm-up step being the
+first batch run eagerly.  The schedule (linear warm-up, then cosine decay) writes the
+device's learning rate between steps, outside the graph.
+
+Target: the mean loss of the last 20 steps below 0.05 after the default 400 steps (batch 64,
+sequences of 32 tokens); the script exits with status 1 when it is missed.  Run::
+
+    PYTHONPATH=. python examples/transformer_train.py [--steps 400] [--graph] [--plot loss.png]
+
+The model is importable: :func:`init_params` gives the initial weights as numpy arrays,
+:func:`build` the model on the GPU, :func:`train_step` one training step on device arrays
+(``tests/gpu/test_transformer_train.py`` checks it against PyTorch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+if not __package__:  # run as a script from a checkout: use this checkout's cudalibs
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+import cudalibs as cl  # noqa: E402
+from cudalibs import dtypes  # noqa: E402
+from cudalibs import kernels as tk  # noqa: E402
+from cudalibs.cublas import gemm, matmul  # noqa: E402
+from cudalibs.cudnn import layer_norm, layer_norm_backward, sdpa, sdpa_backward  # noqa: E402
+from cudalibs.kernels import add  # noqa: E402
+
+BF16 = dtypes.bfloat16
+F32 = np.dtype(np.float32)
+I32 = np.dtype(np.int32)
+#: The target label of positions the loss does not count (PyTorch's default).
+IGNORE_INDEX = -100
+#: Mean loss of the last :data:`TARGET_WINDOW` steps the default run gets below.
+TARGET_LOSS = 0.05
+TARGET_WINDOW = 20
+#: Elements each parameter's offset in the flat buffers is rounded up to (512 bytes of
+#: float32, 256 of bfloat16: every library sees well-aligned pointers).
+_ALIGN = 128
+
+
+@dataclass(frozen=True)
+class Config:
+    """The model, the task and the optimizer.
+
+    Attributes
+    ----------
+    vocab : int
+        Token ids ``0 .. vocab - 1``; ``vocab - 1`` is the separator, ``0 .. vocab - 3`` the
+        data tokens.
+    seq : int
+        Tokens per row (``2 n``: ``n`` to reverse, the separator, ``n - 1`` answers fed back).
+    d_model, heads, layers, ffn : int
+        Width, attention heads (``d_model / heads`` a multiple of 8), blocks, MLP width.
+    batch : int
+        Rows per step.
+    lr, warmup, decay_steps, min_lr_ratio : float, int, int, float
+        Peak learning rate, linear warm-up steps, the step where the cosine decay ends, and
+        its floor as a fraction of the peak.
+    betas, eps, weight_decay : AdamW's (weight decay on the matrices only).
+    ln_eps : float
+        Layer-norm epsilon.
+    """
+
+    vocab: int = 64
+    seq: int = 32
+    d_model: int = 128
+    heads: int = 4
+    layers: int = 2
+    ffn: int = 512
+    batch: int = 64
+    lr: float = 2e-3
+    warmup: int = 50
+    decay_steps: int = 400
+    min_lr_ratio: float = 0.1
+    betas: tuple = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    ln_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per step, ``batch * seq``."""
+        return self.batch * self.seq
+
+    def check(self) -> "Config":
+        if self.seq % 2 or self.seq < 4:
+            raise ValueError(f"seq must be even and >= 4, got {self.seq}")
+        if self.vocab < 4:
+            raise ValueError(f"vocab must be >= 4, got {self.vocab}")
+        if self.d_model % self.heads or self.head_dim % 8 or self.head_dim > 128:
+            raise ValueError(f"d_model / heads must be a multiple of 8 up to 128 (cuDNN's "
+                             f"attention), got {self.d_model} / {self.heads}")
+        if self.d_model % 8 or self.ffn % 8:
+            raise ValueError("d_model and ffn must be multiples of 8 (cuBLASLt's GELU aux)")
+        return self
+
+
+# -- the task and the initial weights (numpy only) ------------------------------------------
+def make_batch(rng: np.random.Generator, config: Config) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of the reversal task: ``(ids, targets)``, int32 ``[batch, seq]``.
+
+    Row: ``a_1 .. a_n SEP a_n .. a_2`` (``n = seq / 2``); targets: the next token, with
+    :data:`IGNORE_INDEX` on the first ``n`` positions (the question and the separator), so that
+    exactly ``n`` answer tokens per row count.
+    """
+    b, n = config.batch, config.seq // 2
+    a = rng.integers(0, config.vocab - 2, size=(b, n))
+    sep = np.full((b, 1), config.vocab - 1)
+    full = np.concatenate([a, sep, a[:, ::-1]], axis=1)      # 2n + 1 tokens
+    ids = full[:, :-1].astype(np.int32)
+    targets = full[:, 1:].astype(np.int32)
+    targets[:, :n] = IGNORE_INDEX
+    return np.ascontiguousarray(ids), np.ascontiguousarray(targets)
+
+
+def make_batches(config: Config, steps: int, seed: int = 0) -> list:
+    """The ``(ids, targets)`` of ``steps`` training steps, from ``seed`` (what :func:`train`
+    feeds)."""
+    rng = np.random.default_rng(seed + 1)
+    return [make_batch(rng, config) for _ in range(steps)]
+
+
+def param_shapes(config: Config) -> dict:
+    """``{name: shape}`` of every parameter (PyTorch's ``nn.Linear`` layout: ``(out, in)``)."""
+    c, f, v = config.d_model, config.ffn, config.vocab
+    shapes = {"tok_emb": (v, c), "pos_emb": (config.seq, c)}
+    for i in range(config.layers):
+        shapes.update({f"h{i}.ln1.w": (c,), f"h{i}.ln1.b": (c,),
+                       f"h{i}.qkv.w": (3 * c, c), f"h{i}.qkv.b": (3 * c,),
+                       f"h{i}.proj.w": (c, c), f"h{i}.proj.b": (c,),
+                       f"h{i}.ln2.w": (c,), f"h{i}.ln2.b": (c,),
+                       f"h{i}.fc1.w": (f, c), f"h{i}.fc1.b": (f,),
+                       f"h{i}.fc2.w": (c, f), f"h{i}.fc2.b": (c,)})
+    shapes.update({"lnf.w": (c,), "lnf.b": (c,), "head.w": (v, c)})
+    return shapes
+
+
+def is_layer_norm(name: str) -> bool:
+    """Whether ``name`` is a layer norm's scale or shift."""
+    return ".ln" in name or name.startswith("lnf")
+
+
+def decays(name: str) -> bool:
+    """Whether AdamW's weight decay applies to parameter ``name``: the matrices (the
+    embeddings included), not the biases nor the layer norms."""
+    return name.endswith("_emb") or (name.endswith(".w") and not is_layer_norm(name))
+
+
+def init_params(config: Config, seed: int = 0) -> dict:
+    """The initial weights, float32 numpy arrays by name.
+
+    Matrices and embeddings normal with std 0.02 (the residual projections ``proj`` and
+    ``fc2`` scaled by ``1 / sqrt(2 layers)``, GPT-2's rule); layer-norm scales 1.  Biases and
+    layer-norm shifts start at small random values (std 0.02) rather than zeros, so no
+    parameter starts at exactly zero.
+    """
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in param_shapes(config).items():
+        if is_layer_norm(name) and name.endswith(".w"):
+            v = np.ones(shape)
+        else:
+            std = 0.02
+            if name.endswith(("proj.w", "fc2.w")):
+                std /= math.sqrt(2 * config.layers)
+            v = rng.normal(0.0, std, shape)
+        out[name] = v.astype(np.float32)
+    return out
+
+
+def lr_at(config: Config, step: int) -> float:
+    """The learning rate of step ``step`` (0-based): linear warm-up, then cosine decay to
+    ``min_lr_ratio * lr`` at ``decay_steps`` (held after it)."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    t = min(1.0, (step - config.warmup) / max(1, config.decay_steps - config.warmup))
+    floor = config.min_lr_ratio
+    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+# -- the model on the device -----------------------------------------------------------------
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+class _Flat:
+    """The parameters of one AdamW group in flat buffers: float32 masters and moments, the
+    gradients (``grad_dtype``) and the bfloat16 copies, each parameter a view at an aligned
+    offset.  The gradient buffer's padding is zeroed once and never written, so the update
+    leaves the padding at zero."""
+
+    def __init__(self, host: dict, names, weight_decay: float, stream, grad_dtype=F32):
+        offsets, n = {}, 0
+        for name in names:
+            offsets[name] = n
+            n = _round_up(n + host[name].size, _ALIGN)
+        flat = np.zeros(n, np.float32)
+        for name in names:
+            flat[offsets[name]:offsets[name] + host[name].size] = host[name].ravel()
+        s = stream
+        self.names = tuple(names)
+        self.weight_decay = float(weight_decay)
+        self.master = cl.to_device(flat, stream=s)
+        self.grad = cl.zeros(n, grad_dtype, stream=s)
+        self.exp_avg = cl.zeros(n, F32, stream=s)
+        self.exp_avg_sq = cl.zeros(n, F32, stream=s)
+        # The first bf16 copies, rounded to nearest even on the host as AdamW rounds them.
+        self.copy = cl.to_device(flat.astype(BF16), stream=s)
+
+        def views(arr):
+            return {k: arr[o:o + host[k].size].reshape(host[k].shape)
+                    for k, o in offsets.items()}
+
+        self.params, self.grads, self.copies = (views(self.master), views(self.grad),
+                                                views(self.copy))
+
+    def update(self, **kw) -> None:
+        """One AdamW launch over the whole group."""
+        tk.adamw(self.master, self.grad, self.exp_avg, self.exp_avg_sq,
+                 weight_decay=self.weight_decay, param_copy=self.copy, **kw)
+
+
+class Transformer:
+    """The model's parameters, optimizer state and device scalars (see the module docstring).
+
+    Attributes
+    ----------
+    config : Config
+    params : dict of DeviceArray
+        float32 master weights by name (views into the flat group buffers).
+    copies : dict of DeviceArray
+        bfloat16 copies the forward reads, by name (every parameter but the layer norms',
+        which cuDNN reads in float32).
+    grads : dict of DeviceArray
+        The last step's gradients by name (float32; the first MLP biases' bfloat16).
+    groups : list of _Flat
+        The AdamW groups: the matrices (weight decay), the other float32-gradient vectors,
+        and the first MLP biases (bfloat16 gradients from the ``dgelu_bgrad`` epilogue).
+    lr : DeviceArray
+        float32, one element: the learning rate the next update reads (:meth:`set_lr`).
+    step : DeviceArray
+        int32, one element: AdamW's step counter, advanced on the device by every step.
+    stream : Stream
+        Where every step runs (eager and captured).
+    """
+
+    def __init__(self, config: Config, host: dict, stream=None):
+        self.config = config.check()
+        s = self.stream = stream if stream is not None else cl.Stream()
+        names = list(param_shapes(config))
+        missing = set(names) - set(host)
+        if missing:
+            raise ValueError(f"missing parameters: {sorted(missing)}")
+        gelu_bias = [n for n in names if n.endswith("fc1.b")]
+        self.groups = [
+            _Flat(host, [n for n in names if decays(n)], config.weight_decay, s),
+            _Flat(host, [n for n in names if not decays(n) and n not in gelu_bias], 0.0, s),
+            _Flat(host, gelu_bias, 0.0, s, grad_dtype=BF16)]
+        self.params, self.copies, self.grads = {}, {}, {}
+        for g in self.groups:
+            self.params.update(g.params)
+            self.grads.update(g.grads)
+            self.copies.update({k: v for k, v in g.copies.items() if not is_layer_norm(k)})
+        self.names = tuple(names)
+        b, t = config.batch, config.tokens
+        self.pos_ids = cl.to_device(np.tile(np.arange(config.seq, dtype=np.int32), (b, 1)),
+                                    stream=s)
+        self.ones_tokens = cl.to_device(np.ones((1, t), BF16), stream=s)
+        self.ones_batch = cl.to_device(np.ones((1, b), BF16), stream=s)
+        self.lr = cl.to_device(np.array([lr_at(config, 0)], np.float32), stream=s)
+        self.step = cl.zeros(1, I32, stream=s)
+
+    def set_lr(self, lr) -> None:
+        """Write the learning rate that the next steps (eager or replayed) read: a float, or
+        a one-element float32 device array (copied on the device)."""
+        src = lr if isinstance(lr, cl.DeviceArray) else np.array([lr], np.float32)
+        self.lr.copy_(src, stream=self.stream)
+
+    def host_params(self) -> dict:
+        """The float32 master weights as numpy arrays (synchronises)."""
+        return {k: self.params[k].get(stream=self.stream) for k in self.names}
+
+    def __repr__(self) -> str:
+        c = self.config
+        n = sum(int(np.prod(v.shape)) for v in self.params.values())
+        return (f"<Transformer {c.layers} layers, d_model {c.d_model}, {c.heads} heads, ffn "
+                f"{c.ffn}, vocab {c.vocab}, seq {c.seq}: {n:,} parameters>")
+
+
+def build(config: Config | None = None, seed: int = 0, stream=None) -> Transformer:
+    """A :class:`Transformer` on the current device with the weights of :func:`init_params`."""
+    config = (config or Config()).check()
+    return Transformer(config, init_params(config, seed), stream=stream)
+
+
+# -- one training step ---------------------------------------------------------------------
+def _heads(x2d, b, s, h, d):
+    """A C-contiguous ``[b*s, h*d]`` seen as the logical ``[b, h, s, d]`` of attention."""
+    return x2d.reshape(b, s, h, d).transpose(0, 2, 1, 3)
+
+
+def _bias_grad(model, dy, out):
+    """``out = sum of dy's rows`` in float32: a row of ones times ``dy``."""
+    gemm(model.ones_tokens, dy, out=out.reshape(1, out.shape[0]))
+
+
+def forward(model: Transformer, ids, targets):
+    """The forward pass: ``(CrossEntropy, logits, saved)``, ``saved`` what the backward
+    reads."""
+    cfg = model.config
+    b, s = cfg.batch, cfg.seq
+    t, c, h, d = cfg.tokens, cfg.d_model, cfg.heads, cfg.head_dim
+    P, W = model.params, model.copies
+    x = add(tk.embedding(W["tok_emb"], ids), tk.embedding(W["pos_emb"], model.pos_ids))
+    x = x.reshape(t, c)
+    layers = []
+    for i in range(cfg.layers):
+        def p(n):
+            return f"h{i}.{n}"
+        y1, mu1, r1 = layer_norm(x, P[p("ln1.w")], P[p("ln1.b")], eps=cfg.ln_eps,
+                                 training=True)
+        qkv = matmul(y1, W[p("qkv.w")].T, bias=W[p("qkv.b")])          # [t, 3c]
+        # q, k, v read in place from the packed [b, s, 3, h, d] projection.
+        qkv = qkv.reshape(b, s, 3, h, d)
+        q, k, v = (qkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
+        o = cl.empty((t, c), BF16)                                       # [b, s, h, d]
+        _, stats = sdpa(q, k, v, causal=True, training=True, out=_heads(o, b, s, h, d))
+        xm = add(x, matmul(o, W[p("proj.w")].T, bias=W[p("proj.b")]))
+        y2, mu2, r2 = layer_norm(xm, P[p("ln2.w")], P[p("ln2.b")], eps=cfg.ln_eps,
+                                 training=True)
+        act, pre = matmul(y2, W[p("fc1.w")].T, bias=W[p("fc1.b")], epilogue="gelu_aux_bias")
+        xn = add(xm, matmul(act, W[p("fc2.w")].T, bias=W[p("fc2.b")]))
+        layers.append((x, y1, mu1, r1, q, k, v, o, stats, xm, y2, mu2, r2, act, pre))
+        x = xn
+    yf, muf, rf = layer_norm(x, P["lnf.w"], P["lnf.b"], eps=cfg.ln_eps, training=True)
+    logits = matmul(yf, W["head.w"].T)
+    ce = tk.cross_entropy(logits, targets.reshape(t), ignore_index=IGNORE_INDEX)
+    return ce, logits, (layers, x, yf, muf, rf)
+
+
+def backward(model: Transformer, ids, targets, ce, logits, saved) -> None:
+    """Every parameter's gradient into :attr:`Transformer.grads`."""
+    cfg = model.config
+    b, s = cfg.batch, cfg.seq
+    t, c, h, d = cfg.tokens, cfg.d_model, cfg.heads, cfg.head_dim
+    P, W, G = model.params, model.copies, model.grads
+    layers, x, yf, muf, rf = saved
+    dlogits = tk.cross_entropy_backward(logits, targets.reshape(t), ce.count,
+                                        ignore_index=IGNORE_INDEX)
+    gemm(dlogits.T, yf, out=G["head.w"])
+    dx, _, _ = layer_norm_backward(matmul(dlogits, W["head.w"]), x, P["lnf.w"], muf, rf,
+                                   out=(None, G["lnf.w"], G["lnf.b"]))
+    for i in reversed(range(cfg.layers)):
+        def p(n):
+            return f"h{i}.{n}"
+        x, y1, mu1, r1, q, k, v, o, stats, xm, y2, mu2, r2, act, pre = layers[i]
+        # MLP: dx is the gradient of its output (the residual passes it through unchanged).
+        _bias_grad(model, dx, G[p("fc2.b")])
+        gemm(dx.T, act, out=G[p("fc2.w")])
+        dpre = matmul(dx, W[p("fc2.w")], epilogue="dgelu_bgrad", aux=pre, bias=G[p("fc1.b")])
+        gemm(dpre.T, y2, out=G[p("fc1.w")])
+        dn, _, _ = layer_norm_backward(matmul(dpre, W[p("fc1.w")]), xm, P[p("ln2.w")], mu2, r2,
+                                       out=(None, G[p("ln2.w")], G[p("ln2.b")]))
+        dx = add(dx, dn)
+        # Attention.
+        _bias_grad(model, dx, G[p("proj.b")])
+        gemm(dx.T, o, out=G[p("proj.w")])
+        do = matmul(dx, W[p("proj.w")])
+        grads = [cl.empty((t, c), BF16) for _ in range(3)]
+        sdpa_backward(q, k, v, _heads(o, b, s, h, d), _heads(do, b, s, h, d), stats,
+                      causal=True, out=tuple(_heads(g, b, s, h, d) for g in grads))
+        dqkv = cl.empty((t, 3 * c), BF16)
+        for j, g in enumerate(grads):
+            dqkv[:, j * c:(j + 1) * c].copy_(g)
+        _bias_grad(model, dqkv, G[p("qkv.b")])
+        # The key bias adds one value to every score of a row, which the softmax ignores: its
+        # gradient is exactly zero.  Computed, it is rounding noise, which AdamW's
+        # normalisation would turn into full-size random steps; write the exact value.
+        G[p("qkv.b")][c:2 * c].fill(0)
+        gemm(dqkv.T, y1, out=G[p("qkv.w")])
+        dn, _, _ = layer_norm_backward(matmul(dqkv, W[p("qkv.w")]), x, P[p("ln1.w")], mu1, r1,
+                                       out=(None, G[p("ln1.w")], G[p("ln1.b")]))
+        dx = add(dx, dn)
+    tk.embedding_backward(dx.reshape(b, s, c), ids, cfg.vocab, out=G["tok_emb"])
+    # Every row of the batch reads the same position rows: their gradient is a sum over it.
+    gemm(model.ones_batch, dx.reshape(b, s * c), out=G["pos_emb"].reshape(1, s * c))
+
+
+def update(model: Transformer) -> None:
+    """Advance the device step counter, then AdamW on every group (masters and bf16 copies)."""
+    cfg = model.config
+    tk.step_increment(model.step)
+    for g in model.groups:
+        g.update(step=model.step, lr=model.lr, betas=cfg.betas, eps=cfg.eps)
+
+
+def train_step(model: Transformer, ids, targets):
+    """One training step on ``model.stream``: forward, backward, AdamW.
+
+    Parameters
+    ----------
+    ids, targets : DeviceArray
+        int32 ``[batch, seq]`` (:func:`make_batch`).
+
+    Returns
+    -------
+    DeviceArray
+        The mean loss over the counted targets (float32, one element), on the device.
+    """
+    cfg = model.config
+    want = (cfg.batch, cfg.seq)
+    for arr, name in ((ids, "ids"), (targets, "targets")):
+        if tuple(arr.shape) != want or arr.dtype != I32:
+            raise ValueError(f"train_step: {name} must be int32 {want}, got {arr.dtype} "
+                             f"{tuple(arr.shape)}")
+    with model.stream:
+        ce, logits, saved = forward(model, ids, targets)
+        backward(model, ids, targets, ce, logits, saved)
+        update(model)
+    return ce.loss
+
+
+def accuracy(model: Transformer, ids, targets) -> float:
+    """The fraction of answer tokens the model predicts (argmax), on one batch
+    (synchronises)."""
+    with model.stream:
+        _, logits, _ = forward(model, ids, targets)
+        right = tk.accuracy_count(logits, targets.reshape(model.config.tokens),
+                                  ignore_index=IGNORE_INDEX)
+    return int(right.get(stream=model.stream)) / (model.config.tokens // 2)
+
+
+# -- the training loop ---------------------------------------------------------------------
+def train(model: Transformer, steps: int, *, graph: bool = False, seed: int = 0,
+          every: int = 50, log=print) -> dict:
+    """Train ``steps`` steps on the batches of :func:`make_batches`.
+
+    Returns ``{"losses": numpy array, "seconds", "graph_nodes", "step_graph"}`` (the last two
+    None when eager).  Each step's loss is copied into a device array as the steps run and
+    read at the progress lines only, so no step waits for the host.
+    """
+    cfg = model.config
+    s = model.stream
+    host = make_batches(cfg, steps, seed)
+    ids_all = cl.to_device(np.stack([x for x, _ in host]), stream=s)
+    tg_all = cl.to_device(np.stack([y for _, y in host]), stream=s)
+    lrs = cl.to_device(np.array([lr_at(cfg, i) for i in range(steps)], np.float32), stream=s)
+    hist = cl.zeros(steps, F32, stream=s)
+    nodes = None
+    step_fn = None
+    s.synchronize()
+    t0 = last_t = time.perf_counter()
+    last = 0
+    for i in range(steps):
+        model.set_lr(lrs[i:i + 1])
+        if graph and step_fn is None:
+            # The warm-up is this first step, run eagerly; then the capture (which runs
+            # nothing), and every later step is one replay.
+            step_fn = cl.StepGraph(lambda a, b: train_step(model, a, b), ids_all[i],
+                                   tg_all[i], stream=s)
+            nodes = step_fn.num_nodes
+            loss = step_fn.outputs
+        elif graph:
+            loss = step_fn(ids_all[i], tg_all[i])
+        else:
+            loss = train_step(model, ids_all[i], tg_all[i])
+        hist[i:i + 1].copy_(loss.reshape(1), s)
+        if (i + 1) % every == 0 or i + 1 == steps:
+            now_loss = float(hist[i:i + 1].get(stream=s)[0])
+            now = time.perf_counter()
+            rate = (i + 1 - last) * cfg.tokens / (now - last_t)
+            log(f"step {i + 1:5d}/{steps}  loss {now_loss:.4f}  lr {lr_at(cfg, i):.2e}  "
+                f"{rate:,.0f} tokens/s")
+            last, last_t = i + 1, now
+    s.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"losses": hist.get(stream=s), "seconds": seconds, "graph_nodes": nodes,
+            "step_graph": step_fn}
+
+
+def plot(losses, path) -> bool:
+    """Write the loss curve to ``path`` (PNG); False when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, len(losses) + 1), losses, lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (answer tokens)")
+    ax.set_title("transformer on sequence reversal (cudalibs)")
+    ax.axhline(TARGET_LOSS, color="gray", ls="--", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch", type=int, default=Config.batch)
+    parser.add_argument("--lr", type=float, default=Config.lr, help="peak learning rate")
+    parser.add_argument("--layers", type=int, default=Config.layers)
+    parser.add_argument("--d-model", type=int, default=Config.d_model)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--every", type=int, default=50, help="steps between progress lines")
+    parser.add_argument("--graph", action="store_true",
+                        help="capture one training step as a CUDA graph and replay it")
+    parser.add_argument("--plot", nargs="?", const="transformer_train_loss.png", default=None,
+                        metavar="PNG", help="write the loss curve (default "
+                        "transformer_train_loss.png)")
+    parser.add_argument("--target", type=float, default=TARGET_LOSS,
+                        help=f"mean loss of the last {TARGET_WINDOW} steps to get below "
+                        "(exit status 1 otherwise)")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be >= 1")
+    cfg = replace(Config(), batch=args.batch, lr=args.lr, layers=args.layers,
+                  d_model=args.d_model, ffn=4 * args.d_model,
+                  decay_steps=args.steps).check()
+    model = build(cfg, args.seed)
+    print(f"{model!r}; batch {cfg.batch} x {cfg.seq} tokens; "
+          f"{'CUDA graph replay' if args.graph else 'eager'} steps on "
+          f"{cl.current_device().name}")
+    result = train(model, args.steps, graph=args.graph, seed=args.seed, every=args.every)
+    losses = result["losses"]
+    if args.graph:
+        print(f"one training step = a graph of {result['graph_nodes']} nodes")
+    tail = float(np.mean(losses[-TARGET_WINDOW:]))
+    rng = np.random.default_rng(args.seed + 2)
+    ids, tg = make_batch(rng, cfg)
+    acc = accuracy(model, cl.to_device(ids, stream=model.stream),
+                   cl.to_device(tg, stream=model.stream))
+    print(f"{args.steps} steps in {result['seconds']:.2f} s "
+          f"({args.steps * cfg.tokens / result['seconds']:,.0f} tokens/s); answer-token "
+          f"accuracy on a new batch {acc:.2%}")
+    ok = tail < args.target
+    print(f"mean loss of the last {min(TARGET_WINDOW, len(losses))} steps {tail:.4f}: target "
+          f"{args.target} {'reached' if ok else 'NOT reached'}")
+    if args.plot:
+        if plot(losses, args.plot):
+            print(f"loss curve written to {args.plot}")
+        else:
+            print("matplotlib is not installed: no plot")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
