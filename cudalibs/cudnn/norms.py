@@ -197,6 +197,17 @@ def _alignment(*arrays) -> int:
     return bits & -bits
 
 
+def _require_aligned(op, alignment) -> None:
+    """Refuse pointers below 16-byte alignment before any C call: cuDNN 9.19's norm engines
+    finalize for a smaller declared alignment, then fail at execution with
+    CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER (seen for a 2-byte aligned float16 x)."""
+    if alignment < MAX_ALIGNMENT:
+        raise NoNormEngineError(
+            f"{op}: every array must be {MAX_ALIGNMENT}-byte aligned, but one is only "
+            f"{alignment}-byte aligned (a view starting inside a buffer); cuDNN's norm engines "
+            "fail on such pointers: pass a copy (x.copy())")
+
+
 def _split(shape, k):
     lead = shape[:len(shape) - k]
     rows = int(np.prod(lead, dtype=np.int64)) if lead else 1
@@ -345,6 +356,7 @@ class NormPlan(Plan):
         if self._align < 1 or self._align & (self._align - 1) or self._align > MAX_ALIGNMENT:
             raise ValueError(f"alignment must be a power of two <= {MAX_ALIGNMENT}, got "
                              f"{alignment}")
+        _require_aligned(type(self).__name__, self._align)
         self._det = bool(deterministic)
         self._limit = _default_limit() if workspace_limit is None else int(workspace_limit)
         self._max = _cg.FIND_MAX_PLANS if max_candidates is None else max(1, int(max_candidates))
@@ -812,6 +824,7 @@ def _norm_forward(op, mode, x, weight, bias, eps, training, normalized_ndim, out
     _algo(algo, op)
     outs = _given(_outs(out, (3 if mode == "layer" else 2) if training else 1, op), op, dev)
     al = _alignment(x, w, b, *outs)
+    _require_aligned(op, al)
     key = (NORM_FORWARD_KEY, dev.ordinal, mode, x._dtype, w._dtype, x._shape, k, al, algo,
            bool(deterministic), _default_limit(), training, b is not None, e)
     s = as_stream(stream, dev)
@@ -832,6 +845,7 @@ def _norm_backward(op, mode, dy, x, weight, mean, inv, normalized_ndim, out, str
     _algo(algo, op)
     outs = _given(_outs(out, 3 if mode == "layer" else 2, op), op, dev)
     al = _alignment(dy, x, w, m, r, *outs)
+    _require_aligned(op, al)
     key = (NORM_BACKWARD_KEY, dev.ordinal, mode, x._dtype, w._dtype, x._shape, k, al, algo,
            bool(deterministic), _default_limit())
     s = as_stream(stream, dev)
