@@ -421,24 +421,13 @@ def train(model: ResidualCNN, data, *, epochs: int, lr: float, graph: bool = Fal
 
 
 def plot(losses, path) -> bool:
-    """Write the loss curve to ``path`` (PNG); False when matplotlib is missing."""
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Write the loss curve to ``path`` (PNG); False when matplotlib is not installed."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:        # the examples' shared plot helper sits beside this file
+        sys.path.insert(0, here)
+    from _plot import plot_losses
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(np.arange(1, len(losses) + 1), losses, lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss")
-    ax.set_yscale("log")
-    ax.set_title("residual CNN trained through cudalibs")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return plot_losses(losses, path, title="residual CNN trained through cudalibs", ylabel="cross-entropy loss")
 
 
 def main(argv=None) -> int:

@@ -530,23 +530,12 @@ def train(model: Transformer, steps: int, *, graph: bool = False, seed: int = 0,
 
 def plot(losses, path) -> bool:
     """Write the loss curve to ``path`` (PNG); False when matplotlib is not installed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(np.arange(1, len(losses) + 1), losses, lw=1)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (answer tokens)")
-    ax.set_title("transformer on sequence reversal (cudalibs)")
-    ax.axhline(TARGET_LOSS, color="gray", ls="--", lw=0.8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:        # the examples' shared plot helper sits beside this file
+        sys.path.insert(0, here)
+    from _plot import plot_losses
+
+    return plot_losses(losses, path, title="transformer on sequence reversal (cudalibs)", ylabel="cross-entropy (answer tokens)", target=TARGET_LOSS)
 
 
 def main(argv=None) -> int:
