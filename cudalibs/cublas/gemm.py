@@ -48,14 +48,15 @@ from ..driver import _lib as _drv
 from ..driver._core import raise_for as _drv_raise
 from ..driver.array import DeviceArray, byte_extent, empty, spans_overlap
 from ..driver.operand import check_device, operand
+from ..driver import relaunch as _relaunch
 from ..driver.plan import KeyKind, Plan, cache, scratch
 from ..driver.stream import Stream, as_stream
 from . import _lib
 from ._base import raise_for, version
 from ._common import (INT_MAX, SUPPORTED, GemmArgs, alignment, combo, gemm_args, scalar,
                       split_batch)
-from .handle import (WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer, cublas_handle, lt_handle,
-                     thread_handle, workspace)
+from .handle import (WORKSPACE_ALIGN, WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer,
+                     cublas_handle, lt_handle, thread_handle, workspace)
 
 __all__ = ["gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
            "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS", "GemmPlan",
@@ -172,8 +173,10 @@ class GemmPlan(Plan):
         self._init_plan(dev)
         self._validate(a, b, out, compute, algo, batched)
         self._prepare(a, b, out)
-        # Nothing C-side is owned (the handle is per thread); the plan is closed by close().
-        self._own(_nothing)
+        # The handle is per thread; what the plan owns are the resources of its cuBLASLt
+        # route (the Matmul plan, the recorded kernel), closed with it.
+        self._children = [self.relaunches]
+        self._own(_close_children, self._children)
 
     # -- construction -------------------------------------------------------------------------
     def _validate(self, a, b, out, compute, algo, batched) -> None:
@@ -278,6 +281,8 @@ class GemmPlan(Plan):
                      *_ext(self.b_ext), *_ext(self.c_ext), args.copy_a, args.copy_b)
         # The cuBLASLt route: built on first use (None), then a prepared call or False.
         self.lt_lock = threading.Lock()
+        # The recorded cuBLASLt kernel of the default-scalar call (one call shape).
+        self.relaunches = _relaunch.RelaunchSlots()
         self.lt = None if (row.ab in _LT_TYPES and not args.copy_a and not args.copy_b
                            and min(args.m, args.n, args.k) > 0) else False
         self._a_desc = (a._shape, a._strides, a._dtype)
@@ -379,8 +384,11 @@ class GemmPlan(Plan):
                 "unsupported": sorted(k for k, v in times.items() if v == float("inf"))}
 
 
-def _nothing() -> None:
-    """The release of a plan that owns no C handle."""
+def _close_children(children) -> None:
+    """The release of a GEMM plan: the resources its cuBLASLt route made."""
+    for c in children:
+        c.close()
+    children.clear()
 
 
 def _operands(op, a, b, out):
@@ -484,13 +492,20 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
         lt = p.lt if p.lt is not None else _lt_prepare(p)
         if lt:
             _drv.get().cuCtxSetCurrent(dev._ctx)
+            ws = workspace(dev, s._handle)
+            if alpha_c is p.one and beta_c is p.zero and not ws & (WORKSPACE_ALIGN - 1) and \
+                    not capture_open():
+                rl = p.relaunches.get(None)
+                if rl is None and p.relaunches.due(None):
+                    rl = _relaunch_record(p, a, b, c_ptr, ws)
+                if rl is not None:
+                    st = rl.launch((c_ptr, b._ptr, a._ptr, ws), s._h)
+                    if st:
+                        _drv_raise(st, "cuGraphLaunch", repr(p))
+                    return out
             alpha_p = p.one_p if alpha_c is p.one else c_void_p(ctypes.addressof(alpha_c))
             beta_p = p.zero_p if beta_c is p.zero else c_void_p(ctypes.addressof(beta_c))
-            fn, desc, la, lb, lc, algo_ref = lt
-            cp = c_void_p(c_ptr)
-            st = fn(lt_handle(dev), desc, alpha_p, c_void_p(b._ptr), la, c_void_p(a._ptr), lb,
-                    beta_p, cp, lc, cp, lc, algo_ref, c_void_p(workspace(dev, s._handle)),
-                    _WS_BYTES, s._h)
+            st = _lt_call(lt, dev, alpha_p, beta_p, a._ptr, b._ptr, c_ptr, ws, s)
             if st:
                 raise_for(st, "cublasLtMatmul", repr(p))
             return out
@@ -509,6 +524,30 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
 
 
 _WS_BYTES = c_size_t(WORKSPACE_BYTES)
+
+
+def _lt_call(lt, dev, alpha_p, beta_p, a_ptr, b_ptr, c_ptr, ws, s) -> int:
+    """The prepared ``cublasLtMatmul`` of a plan's cuBLASLt route; the status."""
+    fn, desc, la, lb, lc, algo_ref = lt
+    cp = c_void_p(c_ptr)
+    return fn(lt_handle(dev), desc, alpha_p, c_void_p(b_ptr), la, c_void_p(a_ptr), lb, beta_p,
+              cp, lc, cp, lc, algo_ref, c_void_p(ws), _WS_BYTES, s._h)
+
+
+def _relaunch_record(p, a, b, c_ptr, ws):
+    """Record plan ``p``'s cuBLASLt call for relaunching (:mod:`cudalibs.driver.relaunch`):
+    the relaunch, or None (``p.relaunches.state(None)`` says why)."""
+    dev, lt = p._device, p.lt
+
+    def enqueue(cs, ptrs):
+        c, bp, ap, w = ptrs
+        st = _lt_call(lt, dev, p.one_p, p.zero_p, ap, bp, c, w, cs)
+        if st:
+            raise_for(st, "cublasLtMatmul", repr(p))
+
+    return p.relaunches.record(None, dev, enqueue, (c_ptr, b._ptr, a._ptr, ws),
+                               (_LT_ALIGN, _LT_ALIGN, _LT_ALIGN, WORKSPACE_ALIGN),
+                               name=f"cublasLtMatmul {p._problem()}")
 
 
 def _lt_prepare(p):
@@ -543,6 +582,7 @@ def _lt_build(p, Matmul):
         p.lt = False
         return False
     p.lt_plan = mm          # keeps the descriptors alive as long as the GEMM plan
+    p._children.append(mm)
     p.lt = (fn, desc, la, lb, lc, ctypes.byref(algo))
     return p.lt
 
@@ -574,7 +614,6 @@ def _call(p, h, a, b, c_ptr, alpha_c, beta_c, algo_v) -> int:
 #: Most replayable calls remembered per plan (pointer sets seen, graphs made); the plans
 #: themselves are bounded by the one plan cache.
 _REPLAYS_PER_PLAN = 32
-_capture_streams = threading.local()
 
 
 class _Replay:
@@ -617,12 +656,7 @@ def _replay(p, rkey, dev, s, call) -> bool:
     # Second occurrence: capture on a private stream of this thread (no other thread's work
     # can join the capture), with the handle pointed at the target stream's workspace, so
     # replays on that stream stay ordered with everything else using it.
-    cs = getattr(_capture_streams, "streams", None)
-    if cs is None:
-        cs = _capture_streams.streams = {}
-    cap = cs.get(dev.ordinal)
-    if cap is None or cap.closed:
-        cap = cs[dev.ordinal] = Stream(dev)
+    cap = _relaunch.capture_stream(dev)
     ws = _workspace_buffer(dev, s)
     _drv.get().cuCtxSetCurrent(dev._ctx)
     h = thread_handle(dev)

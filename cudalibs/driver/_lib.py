@@ -31,6 +31,7 @@ CUgraph = opaque_handle("CUgraph_st")
 CUgraphNode = opaque_handle("CUgraphNode_st")
 CUgraphExec = opaque_handle("CUgraphExec_st")
 CUgraphDeviceNode = opaque_handle("CUgraphDeviceUpdatableNode_st")
+CUkernel = opaque_handle("CUkern_st")
 CUjit_option = c_int
 CUfunction_attribute = c_int
 CUstreamCaptureMode = c_int
@@ -155,6 +156,34 @@ class CUlaunchConfig(Structure):
     ]
 
 
+class CUDA_KERNEL_NODE_PARAMS_v2(Structure):
+    _fields_ = [
+        ("func", CUfunction),
+        ("gridDimX", c_uint),
+        ("gridDimY", c_uint),
+        ("gridDimZ", c_uint),
+        ("blockDimX", c_uint),
+        ("blockDimY", c_uint),
+        ("blockDimZ", c_uint),
+        ("sharedMemBytes", c_uint),
+        ("kernelParams", POINTER(c_void_p)),
+        ("extra", POINTER(c_void_p)),
+        ("kern", CUkernel),
+        ("ctx", CUcontext),
+    ]
+
+
+class CUDA_MEMSET_NODE_PARAMS(Structure):
+    _fields_ = [
+        ("dst", CUdeviceptr),
+        ("pitch", c_size_t),
+        ("value", c_uint),
+        ("elementSize", c_uint),
+        ("width", c_size_t),
+        ("height", c_size_t),
+    ]
+
+
 class CUgraphExecUpdateResultInfo(Structure):
     _fields_ = [
         ("result", c_int),
@@ -171,6 +200,8 @@ STRUCTS = {
     CUlaunchAttribute: "CUlaunchAttribute_st",
     CUlaunchConfig: "CUlaunchConfig_st",
     CUgraphExecUpdateResultInfo: "CUgraphExecUpdateResultInfo_st",
+    CUDA_KERNEL_NODE_PARAMS_v2: "CUDA_KERNEL_NODE_PARAMS_v2_st",
+    CUDA_MEMSET_NODE_PARAMS: "CUDA_MEMSET_NODE_PARAMS_st",
     CUuuid: "CUuuid_st",
     CUmemLocation: "CUmemLocation_st",
     CUmemPoolProps: "CUmemPoolProps_st",
@@ -652,6 +683,31 @@ TABLE = [
     Proto("cuGraphGetNodes", CUresult, [CUgraph, POINTER(CUgraphNode), POINTER(c_size_t)]),
     # CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
     Proto("cuGraphDebugDotPrint", CUresult, [CUgraph, c_char_p, c_uint]),
+    # CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+    Proto("cuGraphNodeGetType", CUresult, [CUgraphNode, POINTER(c_int)]),
+    # CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+    #                                        CUDA_KERNEL_NODE_PARAMS *nodeParams)
+    Proto("cuGraphKernelNodeGetParams_v2", CUresult,
+          [CUgraphNode, POINTER(CUDA_KERNEL_NODE_PARAMS_v2)]),
+    # CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+    #                                            const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+    Proto("cuGraphExecKernelNodeSetParams_v2", CUresult,
+          [CUgraphExec, CUgraphNode, POINTER(CUDA_KERNEL_NODE_PARAMS_v2)]),
+    # CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+    #                                        CUkernelNodeAttrValue *value_out)
+    Proto("cuGraphKernelNodeGetAttribute", CUresult,
+          [CUgraphNode, c_int, POINTER(CUlaunchAttributeValue)]),
+    # CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
+    Proto("cuGraphMemsetNodeGetParams", CUresult,
+          [CUgraphNode, POINTER(CUDA_MEMSET_NODE_PARAMS)]),
+    # CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+    #     const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+    Proto("cuGraphExecMemsetNodeSetParams", CUresult,
+          [CUgraphExec, CUgraphNode, POINTER(CUDA_MEMSET_NODE_PARAMS), CUcontext]),
+    # CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+    #                             size_t *paramSize)
+    Proto("cuFuncGetParamInfo", CUresult,
+          [CUfunction, c_size_t, POINTER(c_size_t), POINTER(c_size_t)], "CUDA 12.4"),
 ]
 
 get = LazyLibrary("cuda", TABLE)
