@@ -186,6 +186,23 @@ def _bare_gemm(s, a, b, out, n):
                                   n, ctypes.addressof(zero), po, r32, n, c32, -1)
 
 
+def _bare_lt(s, a, b, out):
+    """The prepared ``cublasLtMatmul`` call of ``gemm(a, b, out)``'s plan (what a relaunch
+    replaces), or None when the plan has no cuBLASLt route."""
+    import importlib
+
+    from cudalibs.cublas import handle as handle_mod
+
+    gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+    p = next((e.plan for e in cl.plan_cache.entries("gemm")
+              if e.key["a_shape"] == a.shape and e.key["out_shape"] == out.shape), None)
+    if p is None or not p.lt:
+        return None
+    dev = s.device
+    ws = handle_mod.workspace(dev, s.handle)
+    return lambda: gemm_mod._lt_call(p.lt, dev, p.one_p, p.zero_p, a.ptr, b.ptr, out.ptr, ws, s)
+
+
 def host_cost(torch, cupy):
     rng = np.random.default_rng(0)
     a_h = rng.uniform(-1, 1, (64, 64)).astype(np.float32)
@@ -218,6 +235,9 @@ def host_cost(torch, cupy):
     }
     cublas.gemm(a, b, out, stream=s)            # binds the handle to s for the bare call
     cases["bare ctypes cublasGemmEx (with argtypes)"] = (_bare_gemm(s, a, b, out, 64), s.sync)
+    bare_lt = _bare_lt(s, a, b, out)
+    if bare_lt is not None:
+        cases["bare cublasLtMatmul, prepared arguments"] = (bare_lt, s.sync)
     if torch:
         ts = torch.cuda.Stream()
         ta = torch.from_numpy(a_h).to("cuda")
@@ -427,6 +447,9 @@ def fake_overhead(calls: int = 200_000) -> str:
 
     a, b, out = arr(1 << 20), arr(1 << 21), arr(1 << 22)
     saved = (blas_lib.get, drv_lib.get, gemm_mod.empty)
+    # The cuBLASLt route plans with the real library on first use: measure the cublasGemmEx
+    # route, whose Python is the same up to the final call.
+    old_backend = cublas.set_gemm_backend("cublas")
     blas_lib.get = lambda: fake_blas
     drv_lib.get = lambda: fake_drv
     gemm_mod.empty = lambda shape, dtype, device=None, stream=None: arr(1 << 23)
@@ -449,6 +472,7 @@ def fake_overhead(calls: int = 200_000) -> str:
             results[label] = min(best)
     finally:
         blas_lib.get, drv_lib.get, gemm_mod.empty = saved
+        cublas.set_gemm_backend(old_backend)
         handle_mod._cublas_handles._local.handles = {}
     rows = [[k, f"{v:.2f}"] for k, v in results.items()]
     return common.markdown_table(["64x64 fp32, C calls replaced by a no-op", "µs per call"],

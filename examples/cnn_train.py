@@ -33,10 +33,26 @@ status 1 if it is missed).  Run::
 
     PYTHONPATH=. python examples/cnn_train.py [--graph] [--epochs 12] [--plot loss.png]
 
+Data parallel (``--gpus N``, with or without ``--graph``): one process per GPU (the machinery
+is ``examples/_dp.py``); ``--batch`` is the combined batch and every GPU takes its ``batch / N``
+rows of each one.  The gradients are averaged over the GPUs by NCCL all-reduces of flat
+buckets (``--bucket-mb``), each queued on a communication stream as soon as the backward has
+written its last gradient, so they overlap the rest of the backward; with ``--graph`` the
+whole step, all-reduces included, is one CUDA graph.  Batch normalisation normalises over
+each GPU's own shard (as PyTorch's DistributedDataParallel without SyncBatchNorm does), so
+an N-GPU run is *not* the one-GPU run on the combined batch: its reference is the combined
+batch processed on one GPU as N shards from the same weights, their gradients averaged
+(gradient accumulation, :func:`accumulated_step`).  The running statistics (and the loss)
+are averaged over the GPUs at every step, so every GPU evaluates with the same ones.  After
+each step the ranks' whole training states must be bitwise identical, and the weights equal
+to the reference's within ``--rtol`` (exit status 1 otherwise)::
+
+    PYTHONPATH=. python examples/cnn_train.py --gpus 2 [--graph] [--bucket-mb 25]
+
 The model is importable: :func:`init_params` gives the initial weights as numpy arrays,
 :func:`build` the model on the GPU, :meth:`ResidualCNN.step` one training step on device
 arrays, :class:`GraphedStep` the captured step (``tests/gpu/test_cnn_train.py`` checks them
-against PyTorch).
+against PyTorch); :func:`dp_replica` one GPU's share of a data-parallel run.
 """
 
 from __future__ import annotations
@@ -56,10 +72,20 @@ import cudalibs as cl  # noqa: E402
 from cudalibs import cublas, cudnn, kernels  # noqa: E402
 from cudalibs import kernels as tk  # noqa: E402
 
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:   # the examples' shared data-parallel module sits beside this file
+    sys.path.insert(0, _HERE)
+import _dp  # noqa: E402
+
 #: Test accuracy the default run reaches.
 TARGET_ACCURACY = 0.95
 #: The batch-norm layers, each following the convolution of the same number.
 BN_LAYERS = (1, 2, 3, 4)
+#: The gradients in the order the backward writes them.
+GRAD_ORDER = ("fc.w", "fc.b", "bn4.g", "bn4.b", "conv4.w", "bn3.g", "bn3.b", "conv3.w",
+              "bn2.g", "bn2.b", "conv2.w", "bn1.g", "bn1.b", "conv1.w")
+#: What the forward leaves final besides the activations: the running statistics and the loss.
+STAT_NAMES = tuple(f"bn{i}.running_{k}" for i in BN_LAYERS for k in ("mean", "var")) + ("loss",)
 
 
 # -- parameters -----------------------------------------------------------------------------------
@@ -192,21 +218,27 @@ class ResidualCNN:
             cudnn.activation_forward(out, "relu", out=out, stream=self.stream)
         return state
 
-    def _conv_backward(self, x, dy, name, dx):
+    def _conv_backward(self, x, dy, name, dx, done):
         """The filter gradient into ``self.grad[name]``, and the input gradient into ``dx``
         (skipped when None).  Deterministic algorithms: a replayed step gives the bits of an
         eager one."""
         s, w = self.stream, self.p[name]
         cudnn.conv_backward_filter(x, dy, w.shape, padding=1, algo=self.algo, deterministic=True,
                                    out=self.grad[name], stream=s)
+        done(name)
         if dx is not None:
             cudnn.conv_backward_data(dy, w, x.shape, padding=1, algo=self.algo,
                                      deterministic=True, out=dx, stream=s)
 
-    def _bn_backward(self, i, x, dy, state, dx, grads):
+    def _bn_backward(self, i, x, dy, state, dx, grads, done):
         dx, dg, db = cudnn.batch_norm_backward(x, dy, self.p[f"bn{i}.g"], state, out=dx,
                                                stream=self.stream)
-        grads[f"bn{i}.g"], grads[f"bn{i}.b"] = dg, db
+        for name, g in ((f"bn{i}.g", dg), (f"bn{i}.b", db)):
+            if name in self.grad:
+                # cuDNN returns these in new arrays: one copy into the given gradient buffer.
+                g = self.grad[name].copy_(g, self.stream)
+            grads[name] = g
+        done(f"bn{i}.g", f"bn{i}.b")
         return dx
 
     def step(self, x, labels) -> None:
@@ -217,7 +249,25 @@ class ResidualCNN:
         Nothing here reads the device, and every temporary (the batch-norm statistics and
         parameter gradients) is dropped before returning, so the step can be captured.
         """
+        self.update(self.forward_backward(x, labels))
+
+    def forward_backward(self, x, labels, ready=None) -> dict:
+        """The forward, the loss and the backward of :meth:`step`; returns the gradients by
+        parameter name (what :meth:`update` applies).
+
+        ``ready``, when given, is called with names as their values become final on the
+        stream: the batch-norm running statistics and the loss (``STAT_NAMES``) after the
+        forward, then each gradient as the backward writes it (in ``GRAD_ORDER``) -- what a
+        data-parallel wrapper needs to start reducing them while the backward goes on.
+        Gradients that cuDNN returns in new arrays (the batch-norm ones) are copied into
+        :attr:`grad` when it has an entry for them.
+        """
         s, p, b = self.stream, self.p, self.buf
+
+        def done(*names):
+            if ready is not None:
+                ready(*names)
+
         # forward
         self._conv(x, "conv1.w", b["a1"])
         st1 = self._bn_relu(1, b["a1"], b["r1"])
@@ -237,31 +287,43 @@ class ResidualCNN:
         tk.cross_entropy(b["logits"], labels, out=self.loss, stream=s)
         kernels.add(self.loss_sum, self.loss, out=self.loss_sum, stream=s)
         tk.accuracy_count(b["logits"], labels, self.correct, accumulate=True, stream=s)
+        done(*STAT_NAMES)
         # backward
         grads = dict(self.grad)
         d = tk.cross_entropy_backward(b["logits"], labels, out=b["dlogits"], stream=s)
         cublas.gemm(d.T, b["f"], out=self.grad["fc.w"], stream=s)
+        done("fc.w")
         cublas.gemm(self.ones, d, out=self.grad["fc.b"].reshape(1, -1), stream=s)
+        done("fc.b")
         cublas.gemm(d, p["fc.w"], out=b["df"], stream=s)
         tk.global_avg_pool_backward(b["df"], out=b["dr4"], stream=s)
         kernels.relu_backward(b["dr4"], b["r4"], out=b["dr4"], stream=s)
-        da4 = self._bn_backward(4, b["a4"], b["dr4"], st4, b["da4"], grads)
-        self._conv_backward(b["p"], da4, "conv4.w", b["dp"])
+        da4 = self._bn_backward(4, b["a4"], b["dr4"], st4, b["da4"], grads, done)
+        self._conv_backward(b["p"], da4, "conv4.w", b["dp"], done)
         cudnn.pooling_backward(b["p"], b["dp"], b["r3"], 2, mode="max", out=b["dr3"], stream=s)
         kernels.relu_backward(b["dr3"], b["r3"], out=b["dr3"], stream=s)
-        da3 = self._bn_backward(3, b["a3"], b["dr3"], st3, b["da3"], grads)
-        self._conv_backward(b["r2"], da3, "conv3.w", b["dr2"])
+        da3 = self._bn_backward(3, b["a3"], b["dr3"], st3, b["da3"], grads, done)
+        self._conv_backward(b["r2"], da3, "conv3.w", b["dr2"], done)
         kernels.relu_backward(b["dr2"], b["r2"], out=b["dr2"], stream=s)
-        da2 = self._bn_backward(2, b["a2"], b["dr2"], st2, b["da2"], grads)
-        self._conv_backward(b["r1"], da2, "conv2.w", b["dr1"])
+        da2 = self._bn_backward(2, b["a2"], b["dr2"], st2, b["da2"], grads, done)
+        self._conv_backward(b["r1"], da2, "conv2.w", b["dr1"], done)
         kernels.add(b["dr1"], b["dr3"], out=b["dr1"], stream=s)        # the residual's share
         kernels.relu_backward(b["dr1"], b["r1"], out=b["dr1"], stream=s)
-        da1 = self._bn_backward(1, b["a1"], b["dr1"], st1, b["da1"], grads)
-        self._conv_backward(x, da1, "conv1.w", None)
-        # update
+        da1 = self._bn_backward(1, b["a1"], b["dr1"], st1, b["da1"], grads, done)
+        self._conv_backward(x, da1, "conv1.w", None, done)
+        return grads
+
+    def update(self, grads: dict) -> None:
+        """SGD with momentum of every parameter with ``grads[name]``."""
         for name in self.names:
-            tk.sgd(p[name], grads[name], self.momentum_buffers[name], lr=self.lr,
-                   momentum=self.momentum, weight_decay=self.weight_decay, stream=s)
+            tk.sgd(self.p[name], grads[name], self.momentum_buffers[name], lr=self.lr,
+                   momentum=self.momentum, weight_decay=self.weight_decay, stream=self.stream)
+
+    def state(self) -> list:
+        """The whole training state as device arrays: weights, momentum buffers and the
+        batch-norm running statistics."""
+        return ([self.p[k] for k in self.names] + [self.momentum_buffers[k] for k in self.names]
+                + [a for i in BN_LAYERS for a in self.running[i]])
 
     # -- inference -------------------------------------------------------------------------------
     def predict(self, x):
@@ -369,6 +431,17 @@ def cosine_lr(base: float, epoch: int, epochs: int) -> float:
     return 0.5 * base * (1.0 + math.cos(math.pi * epoch / epochs))
 
 
+def epoch_batches(x_train, y_train, batch: int, epochs: int, seed: int = 0):
+    """Each epoch's shuffled batches, ``(images (steps, batch, C, H, W), labels (steps,
+    batch))`` on the host; the last partial batch is dropped."""
+    rng = np.random.default_rng(seed + 1)
+    per_epoch = len(y_train) // batch
+    for _ in range(epochs):
+        order = rng.permutation(len(y_train))[:per_epoch * batch]
+        yield (x_train[order].reshape((per_epoch, batch) + x_train.shape[1:]),
+               y_train[order].reshape(per_epoch, batch))
+
+
 def train(model: ResidualCNN, data, *, epochs: int, lr: float, graph: bool = False, seed=0,
           log=print) -> dict:
     """Train for ``epochs``; one line per epoch through ``log``.
@@ -386,15 +459,11 @@ def train(model: ResidualCNN, data, *, epochs: int, lr: float, graph: bool = Fal
     history = cl.empty((epochs * per_epoch,), stream=s)
     test_x, test_y = cl.to_device(x_test, stream=s), cl.to_device(y_test, stream=s)
     run = GraphedStep(model, (batch,) + x_train.shape[1:]) if graph else model.step
-    rng = np.random.default_rng(seed + 1)
     records = []
     k = 0
-    for epoch in range(epochs):
+    for epoch, (xh, yh) in enumerate(epoch_batches(x_train, y_train, batch, epochs, seed)):
         model.set_lr(cosine_lr(lr, epoch, epochs))
-        order = rng.permutation(len(y_train))[:per_epoch * batch]
-        xs = cl.to_device(x_train[order].reshape((per_epoch, batch) + x_train.shape[1:]),
-                          stream=s)
-        ys = cl.to_device(y_train[order].reshape(per_epoch, batch), stream=s)
+        xs, ys = cl.to_device(xh, stream=s), cl.to_device(yh, stream=s)
         model.reset_totals()
         s.sync()
         start = time.perf_counter()
@@ -430,7 +499,148 @@ def plot(losses, path) -> bool:
     return plot_losses(losses, path, title="residual CNN trained through cudalibs", ylabel="cross-entropy loss")
 
 
-def main(argv=None) -> int:
+# -- data parallel --------------------------------------------------------------------------------
+def dp_replica(comm, params: dict, *, batch: int, image=(1, 8, 8),
+               bucket_bytes: int = _dp.DEFAULT_BUCKET_BYTES,
+               first_bucket_bytes: int = _dp.FIRST_BUCKET_BYTES, **options):
+    """One rank's model for data-parallel training, and its step.
+
+    The gradients are views of one flat buffer laid out in backward order (the batch-norm
+    ones, which cuDNN returns in new arrays, are copied in: one copy each); the running
+    statistics and the loss are views of a second buffer, averaged over the ranks while the
+    backward runs.
+
+    Parameters
+    ----------
+    comm : cudalibs.nccl.Communicator
+        This rank's communicator (its device current).
+    params : dict
+        The initial weights (:func:`init_params`), the same on every rank.
+    batch : int
+        This rank's share of the combined batch.
+    image, options
+        As for :class:`ResidualCNN`.
+    bucket_bytes, first_bucket_bytes : int
+        Gradient bucket limits (:class:`_dp.GradSync`).
+
+    Returns
+    -------
+    model : ResidualCNN
+    sync : _dp.GradSync
+    step : callable
+        ``step(x, labels)`` queues one data-parallel step and returns :attr:`ResidualCNN.loss`
+        (the loss averaged over the ranks).
+    """
+    model = ResidualCNN(params, batch=batch, image=image, **options)
+    s = model.stream
+    grads = _dp.FlatBuffer({k: model.p[k].shape for k in GRAD_ORDER}, np.float32, stream=s)
+    running = {f"bn{i}.running_{k}": a for i in BN_LAYERS
+               for k, a in zip(("mean", "var"), model.running[i])}
+    stats = _dp.FlatBuffer({**{k: a.shape for k, a in running.items()}, "loss": ()},
+                           np.float32, stream=s, init=running)
+    model.grad = dict(grads.views)
+    model.running = {i: (stats.views[f"bn{i}.running_mean"], stats.views[f"bn{i}.running_var"])
+                     for i in BN_LAYERS}
+    model.loss = stats.views["loss"]
+    sync = _dp.GradSync(comm, s, [(stats.flat, stats.spans), (grads.flat, grads.spans)],
+                        STAT_NAMES + GRAD_ORDER, bucket_bytes=bucket_bytes,
+                        first_bucket_bytes=first_bucket_bytes, op="avg")
+
+    def step(x, labels):
+        with sync.step():
+            grads = model.forward_backward(x, labels, sync.ready)
+        model.update(grads)
+        return model.loss
+
+    return model, sync, step
+
+
+def accumulated_step(model: ResidualCNN, shards) -> float:
+    """One SGD step of ``model`` on a combined batch given as equal shards, the way the
+    data-parallel ranks take it, on one GPU: each shard's forward and backward from the
+    same weights and running statistics (batch norm normalises over the shard), then the
+    shards' gradients, running statistics and losses averaged, and one update.  With one
+    shard this is :meth:`ResidualCNN.step`, bit for bit.  Returns the mean loss (reads the
+    device)."""
+    s, n = model.stream, len(shards)
+    running = [a for i in BN_LAYERS for a in model.running[i]]
+    start = [a.copy(stream=s) for a in running] if n > 1 else None
+    acc, acc_running, losses = {}, [], []
+    for k, (x, y) in enumerate(shards):
+        if k:
+            _dp.copy_state(running, start, s)
+        grads = model.forward_backward(x, y)
+        if k == 0:
+            acc = {name: g.copy(stream=s) for name, g in grads.items()}
+            acc_running = [a.copy(stream=s) for a in running]
+        else:
+            for name, g in grads.items():
+                kernels.add(acc[name], g, out=acc[name], stream=s)
+            for a, r in zip(acc_running, running):
+                kernels.add(a, r, out=a, stream=s)
+        losses.append(float(model.loss.get(stream=s)))
+    if n > 1:
+        for a in list(acc.values()) + acc_running:
+            kernels.scale(a, 1.0 / n, out=a, stream=s)
+    _dp.copy_state(running, acc_running, s)
+    model.update(acc)
+    return float(np.mean(losses))
+
+
+def dp_rank(ctx, opts: dict) -> dict:
+    """One rank of ``--gpus N`` training (run by :func:`_dp.launch`): its replica trains on
+    its shard of every combined batch; rank 0 checks against :func:`accumulated_step`."""
+    seed, world, batch = opts["seed"], ctx.world, opts["batch"]
+    if batch % world:
+        raise ValueError(f"--batch {batch} does not split over {world} GPUs")
+    b = batch // world
+    x_train, y_train, x_test, y_test, name = load_data(seed, opts["synthetic"])
+    image = x_train.shape[1:]
+    params = init_params(seed, in_channels=image[0])
+    model, sync, step = dp_replica(ctx.comm, params, batch=b, image=image,
+                                   bucket_bytes=_dp.bucket_bytes(opts))
+    s, epochs = model.stream, opts["epochs"]
+    xs, ys = (np.concatenate(a) for a in
+              zip(*epoch_batches(x_train, y_train, batch, epochs, seed)))
+    per_epoch = xs.shape[0] // epochs
+    inputs = [cl.to_device(ctx.shard(xs, axis=1), stream=s),
+              cl.to_device(ctx.shard(ys, axis=1), stream=s)]
+    check = not opts["no_check"]
+    models = [model]
+    ref = None
+    if ctx.root and check:
+        rmodel = ResidualCNN(params, batch=b, image=image)
+        models.append(rmodel)
+        gx, gy = cl.to_device(xs, stream=rmodel.stream), cl.to_device(ys, stream=rmodel.stream)
+
+        def ref_step(i):
+            return accumulated_step(rmodel, [(gx[i][k * b:(k + 1) * b], gy[i][k * b:(k + 1) * b])
+                                             for k in range(world)])
+        ref = _dp.Reference(rmodel.state, ref_step, rmodel.host_params, rmodel.stream)
+
+    def before_step(i):
+        if i % per_epoch == 0:
+            for m in models:
+                m.set_lr(cosine_lr(opts["lr"], i // per_epoch, epochs))
+
+    ctx.log(f"data: {name}, {len(y_train)} training images; combined batch {batch} = {world} "
+            f"x {b}; {'CUDA graph replay' if opts['graph'] else 'eager'} steps; "
+            f"{sync.describe()}")
+    result = _dp.train(ctx, step, inputs, stream=s, state=model.state,
+                       params=model.host_params, before_step=before_step, graph=opts["graph"],
+                       check=check, reference=ref, rtol=opts["rtol"], every=per_epoch)
+    acc = model.accuracy(cl.to_device(x_test, stream=s), cl.to_device(y_test, stream=s))
+    reached = acc >= opts["target"]
+    ctx.log(f"test accuracy {acc:.2%}: target {opts['target']:.0%} "
+            f"{'reached' if reached else 'NOT reached'}")
+    result["test_accuracy"] = acc
+    _dp.report(ctx, result, opts, batch, "images", reached=reached, plot=plot)
+    return result
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main` (``vars(arg_parser().parse_args([...]))`` gives the
+    options a data-parallel rank takes)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch", type=int, default=64)
@@ -444,7 +654,15 @@ def main(argv=None) -> int:
                         metavar="PNG", help="write the loss curve (default cnn_train_loss.png)")
     parser.add_argument("--target", type=float, default=TARGET_ACCURACY,
                         help="test accuracy to reach (exit status 1 otherwise)")
+    _dp.add_arguments(parser, rtol=1e-5)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = arg_parser()
     args = parser.parse_args(argv)
+    if args.gpus is not None:
+        return _dp.main(dp_rank, vars(args))
 
     data = load_data(args.seed, args.synthetic)
     model = build(args.seed, batch=args.batch, image=data[0].shape[1:])

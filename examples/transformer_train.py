@@ -45,9 +45,26 @@ sequences of 32 tokens); the script exits with status 1 when it is missed.  Run:
 
     PYTHONPATH=. python examples/transformer_train.py [--steps 400] [--graph] [--plot loss.png]
 
+Data parallel (``--gpus N``, with or without ``--graph``): one process per GPU (the machinery
+is ``examples/_dp.py``); ``--batch`` is the combined batch and every GPU takes its
+``batch / N`` rows of each one.  The gradients are summed over the GPUs by NCCL all-reduces
+of buckets -- slices of the flat gradient buffers, ``--bucket-mb`` each -- queued on a
+communication stream as soon as the backward has written their last gradient, so they
+overlap the rest of the backward; with ``--graph`` the whole step, all-reduces included, is
+one CUDA graph.  Summing is right because the loss is normalised globally: before the
+backward, one all-reduce adds up every GPU's sum of token losses and count of counted
+tokens, and each GPU's gradient is divided by the global count.  The run therefore equals
+the one-GPU run on the combined batch up to rounding (the bfloat16 gradients of the first MLP
+biases are reduced in bfloat16).  After each step the ranks' whole training states must be
+bitwise identical, and the weights equal to those of :func:`train_step` on the combined
+batch (started from the same state) within ``--rtol`` (exit status 1 otherwise)::
+
+    PYTHONPATH=. python examples/transformer_train.py --gpus 2 [--graph] [--bucket-mb 25]
+
 The model is importable: :func:`init_params` gives the initial weights as numpy arrays,
 :func:`build` the model on the GPU, :func:`train_step` one training step on device arrays
-(``tests/gpu/test_transformer_train.py`` checks it against PyTorch).
+(``tests/gpu/test_transformer_train.py`` checks it against PyTorch); :func:`dp_replica` one
+GPU's share of a data-parallel run.
 """
 
 from __future__ import annotations
@@ -70,6 +87,11 @@ from cudalibs import kernels as tk  # noqa: E402
 from cudalibs.cublas import gemm, matmul  # noqa: E402
 from cudalibs.cudnn import layer_norm, layer_norm_backward, sdpa, sdpa_backward  # noqa: E402
 from cudalibs.kernels import add  # noqa: E402
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:   # the examples' shared data-parallel module sits beside this file
+    sys.path.insert(0, _HERE)
+import _dp  # noqa: E402
 
 BF16 = dtypes.bfloat16
 F32 = np.dtype(np.float32)
@@ -249,6 +271,8 @@ class _Flat:
             flat[offsets[name]:offsets[name] + host[name].size] = host[name].ravel()
         s = stream
         self.names = tuple(names)
+        #: Each parameter's element span in the flat buffers.
+        self.spans = {k: (o, o + host[k].size) for k, o in offsets.items()}
         self.weight_decay = float(weight_decay)
         self.master = cl.to_device(flat, stream=s)
         self.grad = cl.zeros(n, grad_dtype, stream=s)
@@ -301,10 +325,15 @@ class Transformer:
         missing = set(names) - set(host)
         if missing:
             raise ValueError(f"missing parameters: {sorted(missing)}")
-        gelu_bias = [n for n in names if n.endswith("fc1.b")]
+        # Each group is laid out in the order the backward writes the gradients (AdamW is
+        # element-wise, so the layout changes no value): a data-parallel bucket is then a
+        # contiguous run of gradients that are finished one after the other.
+        backward_order = grad_order(config)
+        gelu_bias = [n for n in backward_order if n.endswith("fc1.b")]
         self.groups = [
-            _Flat(host, [n for n in names if decays(n)], config.weight_decay, s),
-            _Flat(host, [n for n in names if not decays(n) and n not in gelu_bias], 0.0, s),
+            _Flat(host, [n for n in backward_order if decays(n)], config.weight_decay, s),
+            _Flat(host, [n for n in backward_order if not decays(n) and n not in gelu_bias],
+                  0.0, s),
             _Flat(host, gelu_bias, 0.0, s, grad_dtype=BF16)]
         self.params, self.copies, self.grads = {}, {}, {}
         for g in self.groups:
@@ -330,6 +359,12 @@ class Transformer:
         """The float32 master weights as numpy arrays (synchronises)."""
         return {k: self.params[k].get(stream=self.stream) for k in self.names}
 
+    def state(self) -> list:
+        """The whole training state as device arrays: per group the float32 masters, the
+        two moments and the bfloat16 copies, then the step counter."""
+        return [a for g in self.groups for a in (g.master, g.exp_avg, g.exp_avg_sq, g.copy)] \
+            + [self.step]
+
     def __repr__(self) -> str:
         c = self.config
         n = sum(int(np.prod(v.shape)) for v in self.params.values())
@@ -354,9 +389,15 @@ def _bias_grad(model, dy, out):
     gemm(model.ones_tokens, dy, out=out.reshape(1, out.shape[0]))
 
 
-def forward(model: Transformer, ids, targets):
+def forward(model: Transformer, ids, targets, totals=None):
     """The forward pass: ``(CrossEntropy, logits, saved)``, ``saved`` what the backward
-    reads."""
+    reads.
+
+    With ``totals`` (float32, two elements) the loss is not averaged: the sum of the counted
+    tokens' losses goes to ``totals[0]`` and their number to ``totals[1]`` (the returned
+    ``loss`` and ``count`` are views of them), so that data-parallel ranks can add both up
+    before the backward divides by the global count.
+    """
     cfg = model.config
     b, s = cfg.batch, cfg.seq
     t, c, h, d = cfg.tokens, cfg.d_model, cfg.heads, cfg.head_dim
@@ -384,12 +425,26 @@ def forward(model: Transformer, ids, targets):
         x = xn
     yf, muf, rf = layer_norm(x, P["lnf.w"], P["lnf.b"], eps=cfg.ln_eps, training=True)
     logits = matmul(yf, W["head.w"].T)
-    ce = tk.cross_entropy(logits, targets.reshape(t), ignore_index=IGNORE_INDEX)
+    if totals is None:
+        ce = tk.cross_entropy(logits, targets.reshape(t), ignore_index=IGNORE_INDEX)
+    else:
+        ce = tk.cross_entropy(logits, targets.reshape(t), ignore_index=IGNORE_INDEX,
+                              reduction="sum", out=totals[0:1], count=totals[1:2])
     return ce, logits, (layers, x, yf, muf, rf)
 
 
-def backward(model: Transformer, ids, targets, ce, logits, saved) -> None:
-    """Every parameter's gradient into :attr:`Transformer.grads`."""
+def backward(model: Transformer, ids, targets, ce, logits, saved, ready=None) -> None:
+    """Every parameter's gradient into :attr:`Transformer.grads`.
+
+    ``ready``, when given, is called with parameter names as their gradients are written,
+    in the order of :func:`grad_order` (what a data-parallel wrapper needs to reduce them
+    while the backward goes on).  The gradient is that of ``ce``'s mean: the sum of the
+    counted tokens' losses divided by ``ce.count``.
+    """
+    def done(*names):
+        if ready is not None:
+            ready(*names)
+
     cfg = model.config
     b, s = cfg.batch, cfg.seq
     t, c, h, d = cfg.tokens, cfg.d_model, cfg.heads, cfg.head_dim
@@ -398,23 +453,32 @@ def backward(model: Transformer, ids, targets, ce, logits, saved) -> None:
     dlogits = tk.cross_entropy_backward(logits, targets.reshape(t), ce.count,
                                         ignore_index=IGNORE_INDEX)
     gemm(dlogits.T, yf, out=G["head.w"])
+    done("head.w")
     dx, _, _ = layer_norm_backward(matmul(dlogits, W["head.w"]), x, P["lnf.w"], muf, rf,
                                    out=(None, G["lnf.w"], G["lnf.b"]))
+    done("lnf.w", "lnf.b")
     for i in reversed(range(cfg.layers)):
         def p(n):
             return f"h{i}.{n}"
         x, y1, mu1, r1, q, k, v, o, stats, xm, y2, mu2, r2, act, pre = layers[i]
         # MLP: dx is the gradient of its output (the residual passes it through unchanged).
         _bias_grad(model, dx, G[p("fc2.b")])
+        done(p("fc2.b"))
         gemm(dx.T, act, out=G[p("fc2.w")])
+        done(p("fc2.w"))
         dpre = matmul(dx, W[p("fc2.w")], epilogue="dgelu_bgrad", aux=pre, bias=G[p("fc1.b")])
+        done(p("fc1.b"))
         gemm(dpre.T, y2, out=G[p("fc1.w")])
+        done(p("fc1.w"))
         dn, _, _ = layer_norm_backward(matmul(dpre, W[p("fc1.w")]), xm, P[p("ln2.w")], mu2, r2,
                                        out=(None, G[p("ln2.w")], G[p("ln2.b")]))
+        done(p("ln2.w"), p("ln2.b"))
         dx = add(dx, dn)
         # Attention.
         _bias_grad(model, dx, G[p("proj.b")])
+        done(p("proj.b"))
         gemm(dx.T, o, out=G[p("proj.w")])
+        done(p("proj.w"))
         do = matmul(dx, W[p("proj.w")])
         grads = [cl.empty((t, c), BF16) for _ in range(3)]
         sdpa_backward(q, k, v, _heads(o, b, s, h, d), _heads(do, b, s, h, d), stats,
@@ -427,13 +491,27 @@ def backward(model: Transformer, ids, targets, ce, logits, saved) -> None:
         # gradient is exactly zero.  Computed, it is rounding noise, which AdamW's
         # normalisation would turn into full-size random steps; write the exact value.
         G[p("qkv.b")][c:2 * c].fill(0)
+        done(p("qkv.b"))
         gemm(dqkv.T, y1, out=G[p("qkv.w")])
+        done(p("qkv.w"))
         dn, _, _ = layer_norm_backward(matmul(dqkv, W[p("qkv.w")]), x, P[p("ln1.w")], mu1, r1,
                                        out=(None, G[p("ln1.w")], G[p("ln1.b")]))
+        done(p("ln1.w"), p("ln1.b"))
         dx = add(dx, dn)
     tk.embedding_backward(dx.reshape(b, s, c), ids, cfg.vocab, out=G["tok_emb"])
+    done("tok_emb")
     # Every row of the batch reads the same position rows: their gradient is a sum over it.
     gemm(model.ones_batch, dx.reshape(b, s * c), out=G["pos_emb"].reshape(1, s * c))
+    done("pos_emb")
+
+
+def grad_order(config: Config) -> tuple:
+    """The parameter names in the order :func:`backward` writes their gradients."""
+    names = ["head.w", "lnf.w", "lnf.b"]
+    for i in reversed(range(config.layers)):
+        names += [f"h{i}.{n}" for n in ("fc2.b", "fc2.w", "fc1.b", "fc1.w", "ln2.w", "ln2.b",
+                                        "proj.b", "proj.w", "qkv.b", "qkv.w", "ln1.w", "ln1.b")]
+    return tuple(names + ["tok_emb", "pos_emb"])
 
 
 def update(model: Transformer) -> None:
@@ -442,6 +520,14 @@ def update(model: Transformer) -> None:
     tk.step_increment(model.step)
     for g in model.groups:
         g.update(step=model.step, lr=model.lr, betas=cfg.betas, eps=cfg.eps)
+
+
+def _check_batch(op: str, cfg: Config, ids, targets) -> None:
+    want = (cfg.batch, cfg.seq)
+    for arr, name in ((ids, "ids"), (targets, "targets")):
+        if tuple(arr.shape) != want or arr.dtype != I32:
+            raise ValueError(f"{op}: {name} must be int32 {want}, got {arr.dtype} "
+                             f"{tuple(arr.shape)}")
 
 
 def train_step(model: Transformer, ids, targets):
@@ -457,12 +543,7 @@ def train_step(model: Transformer, ids, targets):
     DeviceArray
         The mean loss over the counted targets (float32, one element), on the device.
     """
-    cfg = model.config
-    want = (cfg.batch, cfg.seq)
-    for arr, name in ((ids, "ids"), (targets, "targets")):
-        if tuple(arr.shape) != want or arr.dtype != I32:
-            raise ValueError(f"train_step: {name} must be int32 {want}, got {arr.dtype} "
-                             f"{tuple(arr.shape)}")
+    _check_batch("train_step", model.config, ids, targets)
     with model.stream:
         ce, logits, saved = forward(model, ids, targets)
         backward(model, ids, targets, ce, logits, saved)
@@ -538,7 +619,112 @@ def plot(losses, path) -> bool:
     return plot_losses(losses, path, title="transformer on sequence reversal (cudalibs)", ylabel="cross-entropy (answer tokens)", target=TARGET_LOSS)
 
 
-def main(argv=None) -> int:
+# -- data parallel -------------------------------------------------------------------------
+def dp_replica(comm, config: Config, seed: int = 0, *,
+               bucket_bytes: int = _dp.DEFAULT_BUCKET_BYTES,
+               first_bucket_bytes: int = _dp.FIRST_BUCKET_BYTES):
+    """One rank's model for data-parallel training, and its step.
+
+    The buckets are slices of the three AdamW groups' flat gradient buffers (every gradient
+    is already a view of one: no copies); the bfloat16 group's gradients are reduced in
+    bfloat16.  The loss is not a per-rank mean: each rank sums its counted tokens' losses and
+    counts them, one all-reduce adds both up over the ranks before the backward, and the
+    backward divides by the global count -- so the summed gradients are those of the mean
+    over all counted tokens of the combined batch, whatever each shard holds.
+
+    Parameters
+    ----------
+    comm : cudalibs.nccl.Communicator
+        This rank's communicator (its device current).
+    config : Config
+        ``batch`` is this rank's share of the combined batch.
+    seed : int
+        Initial weights (:func:`init_params`), the same on every rank.
+    bucket_bytes, first_bucket_bytes : int
+        Gradient bucket limits (:class:`_dp.GradSync`).
+
+    Returns
+    -------
+    model : Transformer
+    sync : _dp.GradSync
+    step : callable
+        ``step(ids, targets)`` queues one data-parallel step; returns a float32 device
+        array ``[sum of the counted tokens' losses, their number]`` over all ranks.
+    """
+    model = build(config, seed)
+    s = model.stream
+    totals = cl.zeros(2, F32, stream=s)
+    sync = _dp.GradSync(comm, s, [(g.grad, g.spans) for g in model.groups], grad_order(config),
+                        bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
+                        op="sum")
+
+    def step(ids, targets):
+        _check_batch("data-parallel step", config, ids, targets)
+        with model.stream:
+            with sync.step():
+                ce, logits, saved = forward(model, ids, targets, totals)
+                sync.all_reduce_now(totals)
+                backward(model, ids, targets, ce, logits, saved, sync.ready)
+            update(model)
+        return totals
+
+    return model, sync, step
+
+
+def _config(opts: dict) -> Config:
+    """The configuration of parsed command-line options (``vars(args)``)."""
+    return replace(Config(), batch=opts["batch"], lr=opts["lr"], layers=opts["layers"],
+                   d_model=opts["d_model"], ffn=4 * opts["d_model"],
+                   decay_steps=opts["steps"]).check()
+
+
+def dp_rank(ctx, opts: dict) -> dict:
+    """One rank of ``--gpus N`` training (run by :func:`_dp.launch`): its replica trains on
+    its rows of every combined batch; rank 0 checks against :func:`train_step` on the whole
+    batch."""
+    cfg, world, seed, steps = _config(opts), ctx.world, opts["seed"], opts["steps"]
+    if cfg.batch % world:
+        raise ValueError(f"--batch {cfg.batch} does not split over {world} GPUs")
+    local = replace(cfg, batch=cfg.batch // world)
+    model, sync, step = dp_replica(ctx.comm, local, seed, bucket_bytes=_dp.bucket_bytes(opts))
+    s = model.stream
+    host = make_batches(cfg, steps, seed)
+    ids, tgs = np.stack([x for x, _ in host]), np.stack([y for _, y in host])
+    inputs = [cl.to_device(ctx.shard(ids, axis=1), stream=s),
+              cl.to_device(ctx.shard(tgs, axis=1), stream=s)]
+    lrs = cl.to_device(np.array([lr_at(cfg, i) for i in range(steps)], np.float32), stream=s)
+    check = not opts["no_check"]
+    ref = None
+    if ctx.root and check:
+        rmodel = build(cfg, seed)
+        rs = rmodel.stream
+        gi, gt = cl.to_device(ids, stream=rs), cl.to_device(tgs, stream=rs)
+
+        def ref_step(i):
+            rmodel.set_lr(lr_at(cfg, i))
+            return train_step(rmodel, gi[i], gt[i]).get(stream=rs).item()
+        ref = _dp.Reference(rmodel.state, ref_step, rmodel.host_params, rs)
+
+    ctx.log(f"{model!r}; combined batch {cfg.batch} = {world} x {local.batch} rows of "
+            f"{cfg.seq} tokens; {'CUDA graph replay' if opts['graph'] else 'eager'} steps; "
+            f"{sync.describe()}")
+    result = _dp.train(ctx, step, inputs, stream=s, state=model.state,
+                       params=model.host_params, before_step=lambda i: model.set_lr(lrs[i:i + 1]),
+                       loss_value=lambda row: float(row[0]) / float(row[1]),
+                       graph=opts["graph"], check=check, reference=ref, rtol=opts["rtol"],
+                       every=opts["every"])
+    tail = float(np.mean(result["losses"][-TARGET_WINDOW:]))
+    reached = tail < opts["target"]
+    ctx.log(f"mean loss of the last {min(TARGET_WINDOW, steps)} steps {tail:.4f}: target "
+            f"{opts['target']} {'reached' if reached else 'NOT reached'}")
+    result["tail_loss"] = tail
+    _dp.report(ctx, result, opts, cfg.tokens, "tokens", reached=reached, plot=plot)
+    return result
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main` (``vars(arg_parser().parse_args([...]))`` gives the
+    options a data-parallel rank takes)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch", type=int, default=Config.batch)
@@ -555,12 +741,18 @@ def main(argv=None) -> int:
     parser.add_argument("--target", type=float, default=TARGET_LOSS,
                         help=f"mean loss of the last {TARGET_WINDOW} steps to get below "
                         "(exit status 1 otherwise)")
+    _dp.add_arguments(parser, rtol=1e-2)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = arg_parser()
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
-    cfg = replace(Config(), batch=args.batch, lr=args.lr, layers=args.layers,
-                  d_model=args.d_model, ffn=4 * args.d_model,
-                  decay_steps=args.steps).check()
+    if args.gpus is not None:
+        return _dp.main(dp_rank, vars(args))
+    cfg = _config(vars(args))
     model = build(cfg, args.seed)
     print(f"{model!r}; batch {cfg.batch} x {cfg.seq} tokens; "
           f"{'CUDA graph replay' if args.graph else 'eager'} steps on "

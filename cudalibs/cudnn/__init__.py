@@ -50,8 +50,8 @@ from .handle import release_workspaces, set_workspace_limit, workspace_bytes, wo
 from .norms import (NORM_BACKWARD_KEY, NORM_FORWARD_KEY, NoNormEngineError,
                          NormBackwardPlan, NormForwardPlan, clear_norm_cache, layer_norm,
                          layer_norm_backward, norm_cache, rms_norm, rms_norm_backward)
-from .norm import (BatchNormState, batch_norm_backward, batch_norm_infer, batch_norm_paths,
-                   batch_norm_train)
+from .norm import (BatchNormPlan, BatchNormState, batch_norm_backward, batch_norm_infer,
+                   batch_norm_paths, batch_norm_train)
 from .pooling import pooling_backward, pooling_forward, pooling_output_shape
 from .rnn import (RNN, RNN_ALGOS, RNN_DATA_KEY, DropoutDescriptor, RNNDataDescriptor,
                   RNNDescriptor, RNNState)
@@ -65,7 +65,7 @@ __all__ = [
     "algo_cache",
     "clear_algo_cache", "FWD_ALGOS", "BWD_DATA_ALGOS", "BWD_FILTER_ALGOS",
     "batch_norm_train", "batch_norm_infer", "batch_norm_backward", "BatchNormState",
-    "batch_norm_paths",
+    "batch_norm_paths", "BatchNormPlan",
     "pooling_forward", "pooling_backward", "pooling_output_shape",
     "activation", "activation_forward", "activation_backward", "softmax", "softmax_forward",
     "softmax_backward", "add_tensor",

@@ -477,6 +477,7 @@ def test_plan_classes_follow_the_plan_protocol():
                 cudnn.ConvBackwardFilterPlan, cudnn.ConvBiasActPlan):
         assert issubclass(cls, cudnn.ConvPlan) and issubclass(cls, Plan)
         assert cls.library == "cuDNN" and cls.kind.startswith("cudnn_conv")
+    assert issubclass(cudnn.BatchNormPlan, Plan) and cudnn.BatchNormPlan.library == "cuDNN"
     # the fused path's epilogue goes through the driver's kernel loader, not a sibling library
     import ast
     import inspect

@@ -12,6 +12,7 @@ from cudalibs import cublas
 from cudalibs import testing as T
 from cudalibs.driver.plan import cache as plan_cache
 
+from .._threads import in_threads
 from ._util import LAYOUTS, on_device, poisoned
 
 GPU = settings(max_examples=25, deadline=None,
@@ -248,26 +249,13 @@ def test_graph_capture_replays(device, rng):
 
 
 def test_handles_are_per_thread(device, rng):
-    import threading
-
     a = T.random_array((32, 32), np.float32, rng=rng)
-    results, errors = [], []
 
-    def work():
-        try:
-            with cl.Stream() as s:
-                results.append(cublas.gemm(cl.to_device(a, stream=s), cl.to_device(a, stream=s),
-                                           stream=s).get(stream=s))
-        except Exception as exc:   # reported below
-            errors.append(exc)
+    def work(t, s):
+        return cublas.gemm(cl.to_device(a, stream=s), cl.to_device(a, stream=s),
+                           stream=s).get(stream=s)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for r in results:
+    for r in in_threads(device, work, 4):
         T.assert_close(r, T.ref.gemm(a, a), np.float32)
 
 

@@ -1,8 +1,5 @@
 """The recorded-kernel route of gemm: bitwise the library call, for every operand change."""
 
-import importlib
-import threading
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,9 +11,9 @@ from cudalibs import testing as T
 from cudalibs.driver import relaunch
 from cudalibs.driver.plan import cache as plan_cache
 
+from .._threads import match_serial
 from ._util import on_device, poisoned
 
-gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
 
 GPU = settings(max_examples=20, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -153,32 +150,17 @@ def test_threads_relaunch_bitwise(device, lt_backend):
     plan_cache.clear("gemm")
     s0 = cl.Stream()
     ops = [(cl.to_device(a, stream=s0), cl.to_device(b, stream=s0)) for a, b in hosts]
-    serial = [cublas.gemm(a, b, stream=s0).get(stream=s0) for a, b in ops for _ in range(3)]
-    serial = serial[::3]
-    errors = []
-
-    def work(i):
-        s = cl.Stream()
-        try:
-            for rep in range(20):
-                j = (i + rep) % len(ops)
-                got = cublas.gemm(*ops[j], stream=s).get(stream=s)
-                if got.tobytes() != serial[j].tobytes():
-                    errors.append(f"thread {i} repeat {rep} problem {j} differs")
-        except Exception as exc:   # noqa: BLE001 - reported below
-            errors.append(f"thread {i}: {exc!r}")
-        finally:
-            s.close()
-
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[:5]
+    for a, b in ops:            # record the relaunch before the threads start
+        for _ in range(2):
+            cublas.gemm(a, b, stream=s0)
+    s0.sync()
+    # Each thread runs its own executable graph; the operands change between its calls.
+    match_serial(device, [lambda s, o=o: cublas.gemm(*o, stream=s) for o in ops], repeats=20,
+                 copy_each=True, pick=lambda t, r: ((t + r) % len(ops),))
     p = _plan(*ops[0], None)
     assert isinstance(p.relaunches.state(None), relaunch.KernelRelaunch), \
         p.relaunches.state(None)
+    s0.close()
 
 
 def test_split_and_semaphore_calls_relaunch(device, lt_backend):

@@ -21,7 +21,7 @@ from cudalibs.testing import poison_value
 from cudalibs.testing.ref import _attention as R
 
 from ._helpers import GPU
-from .test_threads import _hammer
+from .._threads import match_serial
 
 F16 = np.dtype(np.float16)
 BF16 = dtypes.bfloat16
@@ -315,7 +315,7 @@ def test_threads_executing_one_plan_match_serial_results(device, rng):
 
     calls = [lambda s, x=x: fplan.execute(*x, stream=s) for x in sets]
     calls += [lambda s, i=i: backward(i, s) for i in range(len(sets))]
-    assert _hammer(device, calls) == []
+    match_serial(device, calls)
 
 
 # -- bad input with real arrays ----------------------------------------------------------------------------

@@ -138,17 +138,27 @@ def test_batch_norm_nhwc_half_takes_the_ex_path(device, shape, dtype, seed):
             assert batch_norm_paths(x)["backward"] == "ex", batch_norm_paths(x)
 
 
+def _cached_bn_plan(x):
+    from cudalibs.driver.plan import cache
+
+    found = [e.plan for e in cache.entries("cudnn_batch_norm") if e.key["x_shape"] == x.shape
+             and e.key["x_strides"] == x.strides and e.key["dtype"] == x.dtype]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def test_batch_norm_ex_decision_is_cached(device, rng):
     xh, x = rand((4, 8, 5, 5), "float16", rng, True)
     g = cl.to_device(T.random_array((8,), np.float32, rng=rng))
     b = cl.to_device(T.random_array((8,), np.float32, rng=rng))
-    from cudalibs.cudnn import norm
 
     first = cudnn.batch_norm_train(x, g, b)
-    plan = norm._plan(x, "spatial")
-    decided = dict(plan.ex)
+    plan = _cached_bn_plan(x)
+    assert isinstance(plan, cudnn.BatchNormPlan) and plan.training
+    decided, text = plan.entry_points, repr(plan)
     second = cudnn.batch_norm_train(x, g, b)
-    assert plan.ex == decided and norm._plan(x, "spatial") is plan
+    assert _cached_bn_plan(x) is plan
+    assert plan.entry_points == decided and repr(plan) == text, (decided, text)
     assert first.path == second.path
     T.assert_close(second.y, first.y.get(), "float16")
 

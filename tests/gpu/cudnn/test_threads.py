@@ -1,74 +1,21 @@
 """Every planned cuDNN operation from eight threads at once, each on its own stream, against
-the same calls made serially: results must match bit for bit.
+the same calls made serially: results must match bit for bit (the harness:
+``tests/gpu/_threads.py``).
 
 The one-shot functions share their cached plans between threads (one plan cache), and a
 user-held plan is executed by all threads together; nothing per call may leak from one
 thread's call into another's (a variant pack, a workspace, a bias pointer).
 """
 
-import threading
-
-import numpy as np
 import pytest
 
 import cudalibs as cl
 from cudalibs import cudnn
 
+from .._threads import match_serial
 from ._helpers import rand
 
-THREADS = 8
 REPS = 12
-
-
-def _host(result):
-    """Host copies of a result (an array, or a tuple / BatchNormState of arrays)."""
-    if isinstance(result, (tuple, list, cudnn.BatchNormState)):
-        return tuple(np.array(r.get()) for r in result)
-    return (np.array(result.get()),)
-
-
-def _same_bits(a, b):
-    return all(x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
-               for x, y in zip(a, b)) and len(a) == len(b)
-
-
-def _hammer(device, calls):
-    """Run each of ``calls`` (``fn(stream) -> result``) once serially, then from THREADS
-    threads REPS times each (every thread on its own stream, calls interleaved); return the
-    mismatches against the serial results."""
-    serial = []
-    with cl.Stream(device) as s:
-        for fn in calls:
-            serial.append(_host(fn(s)))
-        s.sync()
-    device.synchronize()
-    errors, bad = [], []
-    start = threading.Barrier(THREADS)
-
-    def worker(t):
-        try:
-            device.set_current()
-            with cl.Stream(device) as s:
-                start.wait()
-                pending = []
-                for r in range(REPS):
-                    for i, fn in enumerate(calls):
-                        pending.append((i, r, fn(s)))
-                s.sync()
-                for i, r, res in pending:
-                    if not _same_bits(_host(res), serial[i]):
-                        bad.append((t, r, i))
-        except BaseException as exc:   # noqa: BLE001 - reported by the test below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
-    return bad
 
 
 def test_convolutions_from_many_threads_match_serial(device, rng):
@@ -88,7 +35,7 @@ def test_convolutions_from_many_threads_match_serial(device, rng):
         lambda s: cudnn.conv_bias_act(x, w, b, stream=s, **opts),
         lambda s: cudnn.conv_bias_act(x, w, b, activation="identity", stream=s, **opts),
     ]
-    assert _hammer(device, calls) == []
+    match_serial(device, calls, repeats=REPS)
 
 
 def test_one_user_held_plan_from_many_threads(device, rng):
@@ -103,7 +50,7 @@ def test_one_user_held_plan_from_many_threads(device, rng):
                  lambda s: plan.execute(x2, w, bias=b, stream=s),
                  lambda s: fused.execute(x, w, b, stream=s),
                  lambda s: fused.execute(x2, w, b, stream=s)]
-        assert _hammer(device, calls) == []
+        match_serial(device, calls, repeats=REPS)
         fused.close()
 
 
@@ -132,7 +79,7 @@ def test_norm_pooling_activation_from_many_threads(device, rng):
         lambda s: cudnn.activation(x, "tanh", stream=s),
         lambda s: cudnn.activation_backward(x, dy, x, "relu", stream=s),
     ]
-    assert _hammer(device, calls) == []
+    match_serial(device, calls, repeats=REPS)
 
 
 @pytest.mark.parametrize("maxsize", [8])
@@ -173,3 +120,39 @@ def test_stream_per_request_releases_workspaces(device, rng):
     device.synchronize()
     # every stream's workspace went with its stream
     assert cudnn.workspace_bytes(device) <= before
+
+
+@pytest.mark.parametrize("dtype, channels_last", [("float32", False), ("float16", True)])
+def test_one_batch_norm_plan_from_many_threads(device, rng, dtype, channels_last):
+    """One held training plan and one inference plan, executed by every thread at once on
+    two inputs (the Ex path with its reserve and, for half data, the fused add + relu)."""
+    shape = (4, 8, 6, 6)
+    _, x = rand(shape, dtype, rng, channels_last)
+    _, x2 = rand(shape, dtype, rng, channels_last)
+    _, dy = rand(shape, dtype, rng, channels_last)
+    _, g = rand((8,), "float32", rng)
+    _, b = rand((8,), "float32", rng)
+    _, mean = rand((8,), "float32", rng)
+    _, var = rand((8,), "float32", rng, low=0.5, high=1.5)
+    train = cudnn.BatchNormPlan(x)
+    infer = cudnn.BatchNormPlan(x, training=False)
+    state = train.execute(x, g, b)
+    state2 = train.execute(x2, g, b, eps=1e-3)
+    calls = [
+        lambda s: train.execute(x, g, b, stream=s),
+        lambda s: train.execute(x2, g, b, eps=1e-3, stream=s),
+        lambda s: train.backward(x, dy, g, state, stream=s),
+        lambda s: train.backward(x2, dy, g, state2, stream=s),
+        lambda s: infer.execute(x, g, b, mean, var, stream=s),
+        lambda s: infer.execute(x2, g, b, mean, var, eps=1e-2, stream=s),
+    ]
+    if channels_last:
+        fused = train.execute(x, g, b, activation="relu", z=x2)
+        calls += [lambda s: train.execute(x, g, b, activation="relu", z=x2, stream=s),
+                  lambda s: train.backward(x, dy, g, fused, stream=s)]
+    device.synchronize()
+    try:
+        match_serial(device, calls, repeats=REPS)
+    finally:
+        train.close()
+        infer.close()

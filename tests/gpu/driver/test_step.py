@@ -10,6 +10,8 @@ import cudalibs as cl
 from cudalibs import cublas, cudnn, kernels as K
 from cudalibs import testing as T
 
+from .._threads import in_threads
+
 GPU = settings(max_examples=6, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -166,25 +168,18 @@ def test_step_graph_checks_its_inputs(device):
 
 
 def test_other_threads_are_not_refused_while_one_captures(device):
-    import threading
-
     s = cl.Stream()
     a = cl.to_device(T.random_array((8, 8), np.float32), stream=s)
     s.synchronize()
-    seen = []
 
-    def other():
-        s2 = cl.Stream()
+    def other(t, s2):
         b = cl.to_device(T.random_array((8, 8), np.float32), stream=s2)
         s2.synchronize()           # would be refused in the capturing thread
-        seen.append(b.get(stream=s2).shape)
-        s2.close()
+        return b.get(stream=s2).shape
 
     with cl.graph.capture(s):
         K.scale(a, 2.0, stream=s)
-        t = threading.Thread(target=other)
-        t.start()
-        t.join()
+        seen = in_threads(device, other, 1)
     assert seen == [(8, 8)]
 
 

@@ -11,8 +11,6 @@
   ``"<op>: <name> is a host numpy array; copy it to the GPU first with cudalibs.to_device()"``.
 """
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -20,7 +18,8 @@ import cudalibs as cl
 from cudalibs import kernels as K
 from cudalibs import testing as T
 
-THREADS = 8
+from .._threads import THREADS, match_serial
+
 ROUNDS = 25
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 BF16 = cl.dtypes.bfloat16
@@ -73,46 +72,13 @@ def _bits(a):
 
 def test_threads_on_their_own_streams_match_serial_bitwise(device):
     cases = [_case(i) for i in range(THREADS * 2)]
-    serial_stream = cl.Stream(device)
-    uploaded = [_upload(c, serial_stream) for c in cases]
-    expected = [_run(d, serial_stream) for d in uploaded]
-    serial_stream.sync()
-
-    errors, results = [], {}
-    barrier = threading.Barrier(THREADS)
-
-    def worker(t):
-        try:
-            device.set_current()
-            s = cl.Stream(device)
-            mine = [t, t + THREADS]   # two cases per thread, interleaved with the others
-            barrier.wait(timeout=120)   # a thread that failed early breaks it, no hang
-            got = []
-            for r in range(ROUNDS):
-                i = mine[r % 2]
-                got.append((i, _run(uploaded[i], s)))
-            s.sync()
-            results[t] = got
-            s.close()
-        except BaseException as exc:   # noqa: BLE001 - reported by the main thread
-            errors.append((t, exc))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
-    assert sorted(results) == list(range(THREADS))
-    wrong = []
-    for t, got in results.items():
-        for r, (i, host) in enumerate(got):
-            for name, value in host.items():
-                want = expected[i][name]
-                if value.shape != want.shape or not np.array_equal(_bits(value), _bits(want)):
-                    wrong.append((t, r, i, name))
-    assert wrong == [], f"{len(wrong)} results differ from the serial run: {wrong[:10]}"
-    serial_stream.close()
+    upload = cl.Stream(device)
+    uploaded = [_upload(c, upload) for c in cases]
+    upload.sync()
+    # two cases per thread, alternating, interleaved with the other threads'
+    match_serial(device, [lambda s, d=d: _run(d, s) for d in uploaded], repeats=ROUNDS,
+                 pick=lambda t, r: ((t, t + THREADS)[r % 2],))
+    upload.close()
 
 
 def test_serial_results_are_right(device):

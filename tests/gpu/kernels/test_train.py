@@ -7,8 +7,6 @@ fails the comparison.  One test captures a whole update into a CUDA graph and re
 checking that the step counter and learning rate read on the device advance the replays.
 """
 
-import threading
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +18,8 @@ from cudalibs import testing as T
 from cudalibs.driver import ptxlib
 from cudalibs.kernels import train as K
 from cudalibs.testing.ref import _train as ref
+
+from .._threads import match_serial
 
 GPU = settings(max_examples=20, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -369,27 +369,10 @@ def _work(seed, stream):
 
 
 def test_threads_match_serial_bitwise(device):
+    # eight threads, each running one seed's whole update once on its own stream
     seeds = list(range(8))
-    serial = [_work(s, cl.Stream()) for s in seeds]
-    results = [None] * len(seeds)
-    errors = []
-
-    def run(i):
-        try:
-            device.set_current()
-            results[i] = _work(seeds[i], cl.Stream())
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(seeds))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for a, b in zip(serial, results):
-        for x, y in zip(a, b):
-            assert x.shape == y.shape and x.tobytes() == y.tobytes()
+    match_serial(device, [lambda s, seed=seed: _work(seed, s) for seed in seeds],
+                 threads=len(seeds), repeats=1, pick=lambda t, r: (t,))
 
 
 # -- a captured update -------------------------------------------------------------------------
