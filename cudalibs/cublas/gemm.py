@@ -55,7 +55,7 @@ from . import _lib
 from ._base import raise_for, version
 from ._common import (INT_MAX, SUPPORTED, GemmArgs, alignment, combo, gemm_args, scalar,
                       split_batch)
-from .handle import (WORKSPACE_ALIGN, WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer,
+from .handle import (WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer,
                      cublas_handle, lt_handle, thread_handle, workspace)
 
 __all__ = ["gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
@@ -493,7 +493,7 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
         if lt:
             _drv.get().cuCtxSetCurrent(dev._ctx)
             ws = workspace(dev, s._handle)
-            if alpha_c is p.one and beta_c is p.zero and not ws & (WORKSPACE_ALIGN - 1) and \
+            if alpha_c is p.one and beta_c is p.zero and not ws & _WS_MASK and \
                     not capture_open():
                 rl = p.relaunches.get(None)
                 if rl is None and p.relaunches.due(None):
@@ -524,6 +524,7 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
 
 
 _WS_BYTES = c_size_t(WORKSPACE_BYTES)
+_WS_MASK = _relaunch.WORKSPACE_ALIGN - 1
 
 
 def _lt_call(lt, dev, alpha_p, beta_p, a_ptr, b_ptr, c_ptr, ws, s) -> int:
@@ -546,7 +547,7 @@ def _relaunch_record(p, a, b, c_ptr, ws):
             raise_for(st, "cublasLtMatmul", repr(p))
 
     return p.relaunches.record(None, dev, enqueue, (c_ptr, b._ptr, a._ptr, ws),
-                               (_LT_ALIGN, _LT_ALIGN, _LT_ALIGN, WORKSPACE_ALIGN),
+                               (_LT_ALIGN, _LT_ALIGN, _LT_ALIGN, _relaunch.WORKSPACE_ALIGN),
                                name=f"cublasLtMatmul {p._problem()}")
 
 

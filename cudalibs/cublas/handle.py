@@ -44,9 +44,6 @@ __all__ = ["WORKSPACE_BYTES", "cublas_handle", "lt_handle", "workspace", "prepar
 #: Scratch bytes per (device, stream).  Hopper needs 32 MiB for cuBLAS's fastest kernels
 #: (the cuBLAS documentation recommends 32 MiB on sm_90, 4 MiB elsewhere).
 WORKSPACE_BYTES = 32 << 20
-#: The alignment a workspace address has (pool blocks have at least this); recorded cuBLASLt
-#: kernels (:mod:`cudalibs.driver.relaunch`) are relaunched only with workspaces this aligned.
-WORKSPACE_ALIGN = 256
 
 _workspaces = Workspaces()
 

@@ -43,10 +43,11 @@ from . import _lib
 from ._base import lt_version, raise_for
 from ._common import OP_N, OP_T, alignment, combo, elem_strides, op_ld, scalar, \
     scalar_is_zero, split_batch
-from .handle import WORKSPACE_ALIGN, WORKSPACE_BYTES, lt_handle, workspace
+from .handle import WORKSPACE_BYTES, lt_handle, workspace
 from .lt_desc import EPILOGUES, MatmulDesc, MatmulPreference, MatrixLayout, epilogue, round_up
 
 _WS_BYTES = c_size_t(WORKSPACE_BYTES)
+_WS_MASK = _relaunch.WORKSPACE_ALIGN - 1
 
 __all__ = ["Matmul", "matmul", "plan_cache", "clear_plan_cache", "MATMUL_KEY", "EPILOGUES"]
 
@@ -624,7 +625,7 @@ class Matmul(Plan):
         ptrs, aux_out = self._call_pointers(bias, aux, a_scale, b_scale, s)
         _drv.get().cuCtxSetCurrent(dev._ctx)
         ws = workspace(dev, s._handle)
-        if algo is self._algo and not ws & (WORKSPACE_ALIGN - 1) and not capture_open():
+        if algo is self._algo and not ws & _WS_MASK and not capture_open():
             # The call shape: the algorithm, whether c is out, which pointers are given.
             key = (self._choice, c is None, tuple(n for n, v in ptrs if v)) if ptrs else \
                 (self._choice, c is None)
@@ -690,7 +691,8 @@ class Matmul(Plan):
         bases = (d_ptr, b_ptr, a_ptr, ws) if in_place else (d_ptr, c_ptr, b_ptr, a_ptr, ws)
         bases += tuple(v for _, v in ptrs if v)
         iws = 3 if in_place else 4
-        aligns = tuple(WORKSPACE_ALIGN if i == iws else self._align for i in range(len(bases)))
+        aligns = tuple(_relaunch.WORKSPACE_ALIGN if i == iws else self._align
+                       for i in range(len(bases)))
         # The descriptor is shared: recording writes probe addresses into it, under the lock
         # every pointer-writing call takes, and the next library call writes its own again.
         with self._ptr_lock:

@@ -35,7 +35,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes as _dtypes
-from .._ffi import OwnedHandle
+from .._ffi import OwnedHandle, capture_open
+from ..driver import relaunch as _relaunch
+from ..driver._core import raise_for as _drv_raise
 from ..errors import ClosedError, CudnnError
 from . import _lib
 from ._base import last_error_string, raise_for
@@ -790,7 +792,7 @@ class ExecutionPlan:
     """
 
     __slots__ = ("descriptor", "config", "workspace_size", "uids", "_uid_array", "_packs",
-                 "_raw", "_exec", "__weakref__")
+                 "_raw", "_exec", "relaunches", "__weakref__")
 
     def __init__(self, handle, config: EngineConfig, uids):
         T = _lib
@@ -807,6 +809,52 @@ class ExecutionPlan:
         self._packs: dict = {}
         self._raw = self.descriptor.raw
         self._exec = _lib.get().cudnnBackendExecute
+        # The engine's kernels, recorded once and relaunched with each call's addresses.
+        self.relaunches = _relaunch.RelaunchSlots()
+
+    def launch_recorded(self, device, stream, ptrs, workspace: int, align: int, bind) -> bool:
+        """Run through this plan's recorded kernels (:mod:`cudalibs.driver.relaunch`); False
+        when the caller must execute it (not recorded yet, refused, inside a capture, or
+        pointers less aligned than ``align``, which the graph declares).
+
+        ``bind(stream)`` gives the raw cuDNN handle bound to ``stream``, for the recording.
+        """
+        if capture_open() or workspace & (_relaunch.WORKSPACE_ALIGN - 1):
+            return False
+        m = 0
+        for p in ptrs:
+            m |= p
+        if m & (align - 1):
+            return False
+        slots = self.relaunches
+        rl = slots.get(None)
+        if rl is None:
+            if not slots.due(None):
+                return False
+            rl = self._record(device, ptrs, workspace, align, bind)
+            if rl is None:
+                return False
+        st = rl.launch((*ptrs, workspace) if self.workspace_size else ptrs, stream._h)
+        if st:
+            _drv_raise(st, "cuGraphLaunch", "a recorded cuDNN execution plan")
+        return True
+
+    def _record(self, device, ptrs, workspace, align, bind):
+        n, ws = len(ptrs), self.workspace_size
+
+        def enqueue(cs, addrs):
+            vp = self.pack_uncached(addrs[:n], addrs[n] if ws else workspace)
+            try:
+                st = self._exec(bind(cs), self._raw, vp._raw)
+            finally:
+                vp.close()
+            if st:
+                raise_for(st, "cudnnBackendExecute")
+
+        bases = (*ptrs, workspace) if ws else tuple(ptrs)
+        aligns = (align,) * n + ((_relaunch.WORKSPACE_ALIGN,) if ws else ())
+        return self.relaunches.record(None, device, enqueue, bases, aligns,
+                                      name=f"cuDNN engine {self.config!r}"[:120])
 
     def pack(self, ptrs, workspace: int) -> BackendDescriptor:
         """The finalized variant pack binding ``ptrs`` (one per uid) and ``workspace``; kept

@@ -48,7 +48,8 @@ from .device import Device
 from .graph import capture
 from .stream import Stream
 
-__all__ = ["record", "KernelRelaunch", "RelaunchSlots", "capture_stream", "ENABLED"]
+__all__ = ["record", "KernelRelaunch", "RelaunchSlots", "capture_stream", "ENABLED",
+           "WORKSPACE_ALIGN"]
 
 #: Whether libraries may use recorded relaunches (``CUDALIBS_RELAUNCH=0`` turns them off).
 ENABLED = os.environ.get("CUDALIBS_RELAUNCH", "1").strip() not in ("0", "false", "no", "off")
@@ -58,6 +59,9 @@ _MAX_NODES = 4                       # a GEMM: a kernel, a split-K reduction, a 
 _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2     # CU_LAUNCH_PARAM_*
 _SPAN = 4096                         # probe addresses: the second set is aligned to this
 _MAX_OFFSET = 1 << 31                # an address plus more than this is no operand address
+#: The alignment library workspaces have (pool blocks have at least this); relaunches are
+#: recorded for, and used with, workspaces this aligned.
+WORKSPACE_ALIGN = 256
 
 _capture_streams = threading.local()
 
