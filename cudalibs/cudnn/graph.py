@@ -834,6 +834,7 @@ class ExecutionPlan:
             rl = self._record(device, ptrs, workspace, align, bind)
             if rl is None:
                 return False
+        device.set_current()        # the legacy stream is the current context's
         st = rl.launch((*ptrs, workspace) if self.workspace_size else ptrs, stream._h)
         if st:
             _drv_raise(st, "cuGraphLaunch", "a recorded cuDNN execution plan")
