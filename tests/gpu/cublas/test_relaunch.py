@@ -231,3 +231,24 @@ def test_relaunched_matmul_is_the_library_call(device, epi):
             assert x.tobytes() == y.tobytes(), f"call {i}, result {j} ({epi}) differs"
     assert len(plan.relaunches) + len(plan.relaunches.reasons()) >= 1, plan.relaunches
     s.close()
+
+
+def test_a_memset_and_kernel_call_relaunches_bitwise(device, lt_backend):
+    # A large bf16 product that cuBLASLt runs, on Hopper, as a memset of its semaphores in the
+    # workspace followed by a persistent kernel: the memset's destination is patched too.
+    # Compared bitwise with the library call (a float64 reference would take minutes).
+    n = 4096
+    rng = np.random.default_rng(5)
+    dt = cl.dtypes.bfloat16
+    s = cl.Stream()
+    a = cl.to_device(T.random_array((n, n), dt, rng=rng), stream=s)
+    bs = [cl.to_device(T.random_array((n, n), dt, rng=rng), stream=s) for _ in range(3)]
+    calls = [(a, bs[0]), (a, bs[0]), (a, bs[1]), (a, bs[2])]
+    want = _library_results(calls, None, s)
+    got = [cublas.gemm(x, y, stream=s).get(stream=s) for x, y in calls]
+    state = _plan(a, bs[0], None).relaunches.state(None)
+    assert isinstance(state, (relaunch.KernelRelaunch, str)) and state
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.tobytes() == w.tobytes(), f"call {i} differs from cublasLtMatmul ({state!r})"
+    print(state)
+    s.close()
