@@ -30,7 +30,11 @@ Then, per configuration, batch-norm training (32 x 256 x 56 x 56, spatial): forw
 ``conv_forward`` call on a tiny problem (GPU time negligible): cudalibs' whole call, the bare
 ``cudnnConvolutionForward`` ctypes call it wraps (so the difference is what cudalibs adds; the
 target is <= 15 us), and ``F.conv2d``; once on a graph plan (bare call:
-``cudnnBackendExecute`` with the cached variant pack) and once with ``GRAPH_API = False``.
+``cudnnBackendExecute`` with the cached variant pack) and once on the legacy API
+(``cl.option_context(conv_graph_api=False)``).  A graph plan's repeated call launches the
+kernels it recorded from the library call again (a relaunch, :class:`cudalibs.Options`)
+instead of calling ``cudnnBackendExecute``, so there "added by cudalibs" compares our whole
+call with the library call it stands in for.
 
 How: each library on its own stream with its own CUDA events, warm-up calls (the algorithm
 search happens there), then the median of timed loops of 30 calls (benchmarks/_common.py);
@@ -57,7 +61,6 @@ else:  # python -m benchmarks.conv
 
 import cudalibs as cl
 from cudalibs import cudnn
-from cudalibs.cudnn import conv as conv_mod
 
 BATCH = 32
 LAYERS = [(64, 56, 64, 3, 1), (256, 56, 64, 1, 1), (128, 28, 128, 3, 1), (512, 7, 512, 3, 1),
@@ -220,12 +223,9 @@ def host_overhead(torch, s):
 
     def measure(graph_api):
         """(ours with out=, ours allocating, the bare library call, plan) on one backend."""
-        conv_mod.GRAPH_API = graph_api
-        try:
+        with cl.option_context(conv_graph_api=graph_api):
             ours = per_call(lambda: cudnn.conv_forward(x, w, padding=1, out=y, stream=s))
             ours_alloc = per_call(lambda: cudnn.conv_forward(x, w, padding=1, stream=s))
-        finally:
-            conv_mod.GRAPH_API = True
         plan = [e.plan for e in cudnn.algo_cache()
                 if e.plan.op == "forward" and e.key["x_shape"] == x.shape
                 and e.key["graph_api"] == graph_api][-1]

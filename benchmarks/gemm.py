@@ -13,15 +13,22 @@ What is measured
    ``compute="tf32"`` here and ``torch.backends.cuda.matmul.allow_tf32 = True`` for torch
    (False for the fp32 rows); CuPy decides TF32 from ``CUPY_TF32`` at import, so its tf32
    cells are ``n/a``. TFLOP/s = 2·M·N·K / time.
-2. **Host cost** of a 64×64 fp32 call (also with ``replay=True``, where a repeated call is
-   one launch of a captured graph): wall time of 100 back-to-back calls without
+2. **Host cost** of a 64×64 fp32 call: wall time of 100 back-to-back calls without
    synchronising (the GPU keeps up), per call; the median of 30 rounds, the rounds of all
-   contenders interleaved.  The bare ctypes ``cublasGemmEx`` call on the same handle (with
-   ``argtypes``, as a plain ctypes binding makes it) shows what the library call itself costs
-   from Python; cudalibs' own call skips ctypes' argument conversions (``unchecked``).
+   contenders interleaved.  From the second call of a call shape on, cudalibs launches the
+   kernels it recorded from the library call again with the new addresses (a relaunch, see
+   :class:`cudalibs.Options`), on either route.  The ``backend=`` rows pin the route with
+   ``cl.option_context(gemm_backend=...)`` around each round, outside the timed calls.
+   ``replay=`` is accepted and ignored (there are no per-call graphs), so the ``replay=True``
+   rows run the same path as the rows without it and say so.  The bare ctypes
+   ``cublasGemmEx`` call on the same handle (with ``argtypes``, as a plain ctypes binding makes
+   it) shows what the library call itself costs from Python; cudalibs' own call skips ctypes'
+   argument conversions (``unchecked``).  The bare ``cublasLtMatmul`` row is the prepared call
+   of the plan's cuBLASLt route (its :class:`~cudalibs.cublas.Matmul`): what a relaunch
+   replaces.
 3. **Strided-batched fp16**, 256 × (128×64 @ 64×128): ``cublas.gemm_strided_batched`` (new
-   output, and into ``out``), an autotuned cuBLASLt plan, and the bare ctypes call, vs
-   ``torch.bmm`` and ``cupy.matmul``.
+   output, and into ``out``; ``replay=True`` rows as in 2.), an autotuned cuBLASLt plan, and
+   the bare ctypes call, vs ``torch.bmm`` and ``cupy.matmul``.
 4. **cuBLASLt matmul + bias + GELU** (bf16, one fused call through ``cublas.matmul``) vs
    torch ``x @ w`` → ``+ b`` → ``gelu(approximate="tanh")``.
 5. **Autotuned vs heuristic** cuBLASLt plans (bf16, no epilogue) on transformer shapes,
@@ -34,18 +41,22 @@ throughput (above 1: cudalibs faster), or theirs/ours in time for the host cost.
 
 ``--fake`` needs no GPU: it replaces the cuBLAS library and the driver's context call by a
 C function that returns 0 at once, and reports what ``cublas.gemm`` itself costs in Python
-per call (plan lookup, checks, argument conversion); output allocation is faked too, so
-the pool allocation (about 1-2 µs on a GPU) is not included.
+per call (plan lookup, checks, argument conversion); output allocation and the stream's
+workspace are faked too, so the pool allocation (about 1-2 µs on a GPU) is not included.
+Recording a relaunch needs a GPU, so the fake runs with ``relaunch=False``: every call takes
+the ``cublasGemmEx`` route to its (no-op) library call.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import platform
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -151,23 +162,33 @@ def square(torch, cupy, sizes):
 
 # -- 2. host cost ----------------------------------------------------------------------------
 def _host_us(cases: dict, calls=100, rounds=30) -> dict:
-    """``{label: (fn, sync)} -> {label: median µs per call}``.
+    """``{label: (fn, sync[, scope])} -> {label: median µs per call}``.
 
     Wall time of ``calls`` back-to-back calls, synchronising between rounds; the rounds of the
     cases are interleaved, so a drift in the host's speed (large on shared machines) hits every
-    case alike and the ratios stay fair.
+    case alike and the ratios stay fair.  ``scope()``, where given, is a context manager entered
+    around each round (and the warm-up) but outside the timed calls: options such as the gemm
+    backend then cost nothing inside the figure.
     """
-    for fn, sync in cases.values():
-        for _ in range(20):
-            fn()
+    def parts(case):
+        fn, sync, *rest = case
+        return fn, sync, (rest[0] if rest else contextlib.nullcontext)
+
+    for case in cases.values():
+        fn, sync, scope = parts(case)
+        with scope():
+            for _ in range(20):
+                fn()
         sync()
     per: dict = {k: [] for k in cases}
     for _ in range(rounds):
-        for k, (fn, sync) in cases.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            per[k].append((time.perf_counter() - t0) / calls * 1e6)
+        for k, case in cases.items():
+            fn, sync, scope = parts(case)
+            with scope():
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                per[k].append((time.perf_counter() - t0) / calls * 1e6)
             sync()
     return {k: statistics.median(v) for k, v in per.items()}
 
@@ -187,20 +208,33 @@ def _bare_gemm(s, a, b, out, n):
 
 
 def _bare_lt(s, a, b, out):
-    """The prepared ``cublasLtMatmul`` call of ``gemm(a, b, out)``'s plan (what a relaunch
+    """The prepared ``cublasLtMatmul`` call of ``gemm(a, b, out)``'s plan: its cuBLASLt route's
+    :class:`~cudalibs.cublas.Matmul`, called with the arguments it prepared (what a relaunch
     replaces), or None when the plan has no cuBLASLt route."""
     import importlib
 
     from cudalibs.cublas import handle as handle_mod
 
-    gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+    lt_mod = importlib.import_module("cudalibs.cublas.lt")
     p = next((e.plan for e in cl.plan_cache.entries("gemm")
               if e.key["a_shape"] == a.shape and e.key["out_shape"] == out.shape), None)
-    if p is None or not p.lt:
+    mm = getattr(p, "lt", None)
+    if not mm:
         return None
     dev = s.device
-    ws = handle_mod.workspace(dev, s.handle)
-    return lambda: gemm_mod._lt_call(p.lt, dev, p.one_p, p.zero_p, a.ptr, b.ptr, out.ptr, ws, s)
+    ws = handle_mod.workspace(dev, s.raw_handle)
+    la, lb, lc = (x._raw for x in mm._layouts)
+    fn, desc, algo_ref = mm._fn, mm._desc._raw, ctypes.byref(mm._algo)
+    alpha_p, beta_p, ws_bytes, lt_handle = mm._alpha_p, mm._beta_p, lt_mod._WS_BYTES, \
+        handle_mod.lt_handle
+
+    def call():
+        # The per-call work of the plan's own call: the handle lookup and the pointers.
+        cp = ctypes.c_void_p(out.ptr)
+        return fn(lt_handle(dev), desc, alpha_p, ctypes.c_void_p(b.ptr), la,
+                  ctypes.c_void_p(a.ptr), lb, beta_p, cp, lc, cp, lc, algo_ref, ctypes.c_void_p(ws),
+                  ws_bytes, s.raw)
+    return call
 
 
 def host_cost(torch, cupy):
@@ -209,31 +243,27 @@ def host_cost(torch, cupy):
     s = cl.Stream()
     a, b = cl.to_device(a_h, stream=s), cl.to_device(a_h, stream=s)
     out = cl.empty((64, 64), np.float32, stream=s)
-    def on(backend, fn):
-        def run():
-            old = cublas.set_gemm_backend(backend)
-            try:
-                fn()
-            finally:
-                cublas.set_gemm_backend(old)
-        return run
 
+    def on(backend):
+        return lambda: cl.option_context(gemm_backend=backend)
+
+    same = " (same path as default)"   # replay= is accepted and ignored
     cases = {
         "cublas.gemm(a, b)": (lambda: cublas.gemm(a, b, stream=s), s.sync),
-        # The same call pinned to each library (the switch adds two calls to both rows).
+        # The same call pinned to each library, the option set around the round.
         "cublas.gemm(a, b), backend=lt (prepared cublasLtMatmul)": (
-            on("lt", lambda: cublas.gemm(a, b, stream=s)), s.sync),
+            lambda: cublas.gemm(a, b, stream=s), s.sync, on("lt")),
         "cublas.gemm(a, b), backend=cublas (cublasGemmEx)": (
-            on("cublas", lambda: cublas.gemm(a, b, stream=s)), s.sync),
+            lambda: cublas.gemm(a, b, stream=s), s.sync, on("cublas")),
         "cublas.gemm(a, b, out)": (lambda: cublas.gemm(a, b, out, stream=s), s.sync),
-        "cublas.gemm(a, b, replay=True)": (lambda: cublas.gemm(a, b, stream=s, replay=True),
-                                           s.sync),
-        "cublas.gemm(a, b, out, replay=True)": (
+        "cublas.gemm(a, b, replay=True)" + same: (
+            lambda: cublas.gemm(a, b, stream=s, replay=True), s.sync),
+        "cublas.gemm(a, b, out, replay=True)" + same: (
             lambda: cublas.gemm(a, b, out, stream=s, replay=True), s.sync),
         "cublas.matmul(a, b) (Lt, cached plan)": (lambda: cublas.matmul(a, b, stream=s),
                                                   s.sync),
     }
-    cublas.gemm(a, b, out, stream=s)            # binds the handle to s for the bare call
+    cublas.gemm(a, b, out, stream=s)            # plans the problem (and its cuBLASLt route)
     cases["bare ctypes cublasGemmEx (with argtypes)"] = (_bare_gemm(s, a, b, out, 64), s.sync)
     bare_lt = _bare_lt(s, a, b, out)
     if bare_lt is not None:
@@ -258,7 +288,24 @@ def host_cost(torch, cupy):
     rows = [[k, _fmt(v, 2), _fmt(t, 2), _fmt(c, 2), common.fmt_ratio(t, v),
              common.fmt_ratio(c, v)] for k, v in res.items() if k not in ("torch", "cupy")]
     return common.markdown_table(["64x64 fp32 call", "cudalibs µs", "torch µs", "cupy µs",
-                                  "torch/ours", "cupy/ours"], rows, right=range(1, 6))
+                                  "torch/ours", "cupy/ours"], rows, right=range(1, 6)) + (
+        "\n\n" + _relaunch_note(a, out))
+
+
+def _relaunch_note(a, out) -> str:
+    """Whether the 64x64 plans' calls relaunch: the figures above mean something else when
+    the recordings were refused (then every call is the library call)."""
+    parts = []
+    for e in cl.plan_cache.entries("gemm"):
+        if e.key["a_shape"] != a.shape or e.key["out_shape"] not in (None, out.shape):
+            continue
+        r = e.plan.relaunch_info()
+        text = ", ".join(f"{r[k]} {k}" for k in ("recorded", "refused", "failed", "pending")
+                         if r[k]) or "nothing recorded"
+        why = "; ".join(f"{n}x {k}" for k, n in list(r["reasons"].items())[:2])
+        call = "gemm(a, b)" if e.key["out_shape"] is None else "gemm(a, b, out)"
+        parts.append(f"{call}: {text}" + (f" ({why})" if why else ""))
+    return "relaunches of the 64x64 plans: " + ("; ".join(parts) or "no cached plan found")
 
 
 # -- 3. strided batched ----------------------------------------------------------------------
@@ -319,8 +366,10 @@ def batched(torch, cupy):
     rows = []
     for name, x in (("gemm_strided_batched(a, b)", ours),
                     ("gemm_strided_batched(a, b, out)", ours_out),
-                    ("gemm_strided_batched(a, b, replay=True)", ours_rep),
-                    ("gemm_strided_batched(a, b, out, replay=True)", ours_out_rep),
+                    ("gemm_strided_batched(a, b, replay=True) (same path as default)",
+                     ours_rep),
+                    ("gemm_strided_batched(a, b, out, replay=True) (same path as default)",
+                     ours_out_rep),
                     ("cuBLASLt Matmul plan, autotuned, out", ours_lt),
                     ("bare ctypes cublasGemmStridedBatchedEx, out (with argtypes)", ours_bare)):
         o = _tflops(M, N, K, x, B)
@@ -411,7 +460,7 @@ def fake_overhead(calls: int = 200_000) -> str:
 
     from cudalibs.cublas import _lib as blas_lib, handle as handle_mod
     from cudalibs.driver import _lib as drv_lib
-    from cudalibs.driver._handles import Handle
+    from cudalibs.runtime.handles import Handle
     from cudalibs.driver.array import DeviceArray
     from cudalibs.driver.device import Device
 
@@ -447,36 +496,42 @@ def fake_overhead(calls: int = 200_000) -> str:
 
     a, b, out = arr(1 << 20), arr(1 << 21), arr(1 << 22)
     saved = (blas_lib.get, drv_lib.get, gemm_mod.empty)
+    # The cublasGemmEx route looks up the stream's workspace (its address is part of a
+    # recorded relaunch): a stand-in buffer at an aligned address, so nothing is allocated.
+    ws_key = (0, 0)                         # (device ordinal, legacy stream handle)
+    handle_mod._workspaces._buffers[ws_key] = types.SimpleNamespace(
+        size=handle_mod.WORKSPACE_BYTES, ptr=1 << 24, device=dev)
     # The cuBLASLt route plans with the real library on first use: measure the cublasGemmEx
-    # route, whose Python is the same up to the final call.
-    old_backend = cublas.set_gemm_backend("cublas")
+    # route, whose Python is the same up to the final call.  Recording a relaunch needs a GPU.
     blas_lib.get = lambda: fake_blas
     drv_lib.get = lambda: fake_drv
     gemm_mod.empty = lambda shape, dtype, device=None, stream=None: arr(1 << 23)
     try:
-        results = {}
-        for label, fn in (("gemm(a, b, out)", lambda: cublas.gemm(a, b, out)),
-                          ("gemm(a, b)  [allocation faked]", lambda: cublas.gemm(a, b)),
-                          ("gemm(a, b.T, out, alpha=0.5)",
-                           lambda: cublas.gemm(a, b.T, out, alpha=0.5)),
-                          ("bare ctypes cublasGemmEx call (argtypes)", lambda: fake_blas.cublasGemmEx(
-                              h.raw, 0, 0, 64, 64, 64, 1, 2, 0, 64, 3, 0, 64, 4, 5, 0, 64, 68,
-                              -1))):
-            fn()
-            best = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(calls // 5):
-                    fn()
-                best.append((time.perf_counter() - t0) / (calls // 5) * 1e6)
-            results[label] = min(best)
+        with cl.option_context(gemm_backend="cublas", relaunch=False):
+            results = {}
+            for label, fn in (("gemm(a, b, out)", lambda: cublas.gemm(a, b, out)),
+                              ("gemm(a, b)  [allocation faked]", lambda: cublas.gemm(a, b)),
+                              ("gemm(a, b.T, out, alpha=0.5)",
+                               lambda: cublas.gemm(a, b.T, out, alpha=0.5)),
+                              ("bare ctypes cublasGemmEx call (argtypes)",
+                               lambda: fake_blas.cublasGemmEx(
+                                   h.raw, 0, 0, 64, 64, 64, 1, 2, 0, 64, 3, 0, 64, 4, 5, 0, 64,
+                                   68, -1))):
+                fn()
+                best = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    for _ in range(calls // 5):
+                        fn()
+                    best.append((time.perf_counter() - t0) / (calls // 5) * 1e6)
+                results[label] = min(best)
     finally:
         blas_lib.get, drv_lib.get, gemm_mod.empty = saved
-        cublas.set_gemm_backend(old_backend)
         handle_mod._cublas_handles._local.handles = {}
+        handle_mod._workspaces._buffers.pop(ws_key, None)
     rows = [[k, f"{v:.2f}"] for k, v in results.items()]
-    return common.markdown_table(["64x64 fp32, C calls replaced by a no-op", "µs per call"],
-                                 rows, right=(1,))
+    return common.markdown_table(["64x64 fp32, C calls replaced by a no-op (relaunch off)",
+                                  "µs per call"], rows, right=(1,))
 
 
 def main() -> int:

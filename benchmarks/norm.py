@@ -33,7 +33,6 @@ columns say n/a.  Nothing here asserts a timing.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -46,9 +45,9 @@ else:  # python -m benchmarks.norm
     from . import _common as common
 
 import cudalibs as cl
-# The module by its full name: once cudalibs.cudnn exports the function layer_norm, the
-# package attribute of that name is the function, not this module.
-LN = importlib.import_module("cudalibs.cudnn.norms")
+# The module of the layer / RMS norm plans: its one-shots, the plan cache's entries and
+# NoNormEngineError under one name.
+from cudalibs.cudnn.norm import layer as LN
 
 ROWS, FEATS, EPS = 16384, 4096, 1e-5
 ITERS, REPEATS, WARMUP = 20, 9, 3

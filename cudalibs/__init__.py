@@ -24,10 +24,10 @@ from .driver import (Device, DeviceArray, DeviceBuffer, DeviceProperties, Event,
                      driver_version, empty, empty_like, from_dlpack, full, full_like,
                      is_available, pinned_empty, to_device, unavailable_reason, zeros,
                      zeros_like)
-from .driver.operand import operand, operands
-from .driver.step import StepGraph, capture_step
-from .driver.plan import Plan, PlanCache, release_all, tuning_store
-from .driver.plan import cache as plan_cache
+from .runtime import (Options, Plan, PlanCache, StepGraph, capture_step, operand, operands,
+                      option_context, release_all, set_options, tuning_store)
+from .runtime.options import options
+from .runtime.cache import cache as plan_cache
 from .errors import (CaptureError, ClosedError, CublasError, CudaError, CudaLibsError, CudaOutOfMemoryError,
                      CudnnError, FunctionNotFoundError, LibraryNotFoundError, NcclError,
                      NvrtcError, StatusError)
@@ -63,7 +63,7 @@ __all__ = [
     "driver_version", "is_available", "unavailable_reason", "dtypes",
     "Module", "Kernel", "Launcher", "compile", "graph",
     "operand", "operands", "Plan", "PlanCache", "plan_cache", "release_all", "tuning_store",
-    "StepGraph", "capture_step",
+    "StepGraph", "capture_step", "Options", "options", "set_options", "option_context",
     "CudaLibsError", "LibraryNotFoundError", "FunctionNotFoundError", "ClosedError",
     "CaptureError",
     "StatusError", "CudaError", "CudaOutOfMemoryError", "NvrtcError", "CublasError",

@@ -16,6 +16,8 @@ import pathlib
 import platform
 import sys
 
+from . import _env
+
 
 def _pkg_version(name: str) -> str:
     try:
@@ -149,7 +151,7 @@ def report(out=sys.stdout) -> bool:
         except LibraryNotFoundError as exc:
             w(f"  {name:<9} not available: {str(exc).splitlines()[0]}\n")
             # A CUDALIBS_<NAME>_PATH that does not load is fixed there, not by installing.
-            override = os.environ.get(_loader.env_var(exc.library))
+            override = _env.library_path(_loader.env_var(exc.library))
             hint = (None if override else install_hint(exc.library)) or exc.hint
             if hint:
                 w(f"            {hint}\n")
@@ -176,7 +178,10 @@ def main(argv=None) -> int:
                     "driver and devices, each CUDA library's version and where it was loaded "
                     "from (or how to install it), then a short GPU self-check against numpy "
                     "(skipped without a GPU). Paste the output into a bug report.",
-        epilog="Exit status: 0 when everything found works, 1 when a self-check fails.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment variables:\n" + "".join(
+            f"  {name}\n      {what}\n" for name, what in _env.VARIABLES.items())
+        + "\nExit status: 0 when everything found works, 1 when a self-check fails.")
     parser.parse_args(argv)
     return 0 if report() else 1
 

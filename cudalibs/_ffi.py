@@ -19,7 +19,8 @@ import threading
 import weakref
 from typing import Any, NamedTuple, Sequence
 
-from .errors import CaptureError, ClosedError, FunctionNotFoundError
+from . import _loader
+from .errors import CaptureError, ClosedError, FunctionNotFoundError, LibraryNotFoundError
 
 __all__ = ["Proto", "Resource", "OwnedHandle", "defer", "capture_open",
            "begin_capture_block", "end_capture_block", "thread_capturing", "refuse_in_capture",
@@ -173,8 +174,6 @@ class LazyLibrary:
     __slots__ = ("name", "table", "_bound", "_lock")
 
     def __init__(self, name: str, table: Sequence[Proto]):
-        import threading
-
         self.name = name
         self.table = tuple(table)
         self._bound: BoundLibrary | None = None
@@ -184,8 +183,6 @@ class LazyLibrary:
         bound = self._bound
         if bound is not None:
             return bound
-        from . import _loader
-
         with self._lock:
             if self._bound is None:
                 cdll, info = _loader.load(self.name)
@@ -194,8 +191,6 @@ class LazyLibrary:
 
     def available(self) -> bool:
         """Whether the library can be loaded (loads it if so)."""
-        from .errors import LibraryNotFoundError
-
         try:
             self()
         except LibraryNotFoundError:
@@ -268,7 +263,9 @@ def property_version(get_property, raise_for, function: str) -> tuple[int, int, 
 # collector runs at any allocation, so the user cannot keep them out of a capture block; while
 # one is open they wait here and run when the last block ends.  The state lives at this level,
 # under every library, so that every owner of a C handle shares the one gate.
-_capture_open = [0]
+#: How many capture blocks are open in the process: one list cell, read without a call on the
+#: hot paths (an allocation, a relaunch); changed only by begin/end_capture_block.
+CAPTURE_OPEN = [0]
 _deferred: list = []
 # ``cuCtxSetCurrent``, registered by the driver layer once libcuda is bound, so that a release
 # that needs its context current can make it so without this module importing the driver.
@@ -282,7 +279,7 @@ def register_context_setter(fn) -> None:
 
 def capture_open() -> bool:
     """Whether a capture block is open in this process (finalizer calls are being held)."""
-    return bool(_capture_open[0])
+    return bool(CAPTURE_OPEN[0])
 
 
 # How many capture blocks the calling thread has open.  Captures are made in the
@@ -293,13 +290,13 @@ _thread_state = threading.local()
 
 def thread_capturing() -> bool:
     """Whether the calling thread has a capture block open."""
-    return _capture_open[0] > 0 and getattr(_thread_state, "depth", 0) > 0
+    return CAPTURE_OPEN[0] > 0 and getattr(_thread_state, "depth", 0) > 0
 
 
 def refuse_in_capture(what: str, hint: str = "") -> None:
     """Raise :class:`~cudalibs.errors.CaptureError` naming ``what`` when the calling thread
     is capturing a graph; the check costs one list index when no capture is open."""
-    if _capture_open[0] and getattr(_thread_state, "depth", 0) > 0:
+    if CAPTURE_OPEN[0] and getattr(_thread_state, "depth", 0) > 0:
         raise CaptureError(
             f"{what} cannot be recorded into a CUDA graph, and this thread is capturing one"
             + (f": {hint}" if hint else "") + "; run the work once before capturing it "
@@ -309,15 +306,15 @@ def refuse_in_capture(what: str, hint: str = "") -> None:
 def begin_capture_block() -> None:
     """A capture block opened (in the calling thread): releases made from now on wait for its
     end."""
-    _capture_open[0] += 1
+    CAPTURE_OPEN[0] += 1
     _thread_state.depth = getattr(_thread_state, "depth", 0) + 1
 
 
 def end_capture_block() -> None:
     """A capture block closed; once none is open, run every release that waited."""
-    _capture_open[0] -= 1
+    CAPTURE_OPEN[0] -= 1
     _thread_state.depth = max(getattr(_thread_state, "depth", 1) - 1, 0)
-    if _capture_open[0] == 0:
+    if CAPTURE_OPEN[0] == 0:
         while _deferred:
             fn, args = _deferred.pop()
             try:
@@ -328,7 +325,7 @@ def end_capture_block() -> None:
 
 def defer(fn, args) -> bool:
     """Queue ``fn(*args)`` if a capture block is open; returns whether it was queued."""
-    if _capture_open[0]:
+    if CAPTURE_OPEN[0]:
         _deferred.append((fn, args))
         return True
     return False
@@ -337,7 +334,7 @@ def defer(fn, args) -> bool:
 def _release(free, ctx, args) -> None:
     """The finalizer body of every :class:`Resource`: wait for open captures, make the
     owning context current, then free."""
-    if _capture_open[0]:
+    if CAPTURE_OPEN[0]:
         _deferred.append((_release, (free, ctx, args)))
         return
     if ctx is not None and _set_context[0] is not None:
@@ -401,6 +398,12 @@ class Resource:
         """Whether :meth:`close` was called (or the object was never fully built)."""
         f = getattr(self, "_finalizer", _UNOWNED)
         return f is _UNOWNED or not f.alive
+
+    def usable(self) -> bool:
+        """Whether the object can still be used (not closed); what the plan cache asks of
+        everything it holds."""
+        f = getattr(self, "_finalizer", _UNOWNED)
+        return f is not _UNOWNED and f.alive
 
     def _live(self) -> None:
         """Raise :class:`~cudalibs.errors.ClosedError` if the object is closed."""

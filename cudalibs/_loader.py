@@ -20,6 +20,7 @@ import dataclasses
 import os
 import threading
 
+from . import _env
 from .errors import LibraryNotFoundError
 
 __all__ = ["LibraryInfo", "LIBRARIES", "load", "loaded", "env_var"]
@@ -106,7 +107,7 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
     spec = LIBRARIES[name]
     tried: list[str] = []
     var = env_var(name)
-    override = os.environ.get(var)
+    override = _env.library_path(var)
     if override:
         try:
             cdll = ctypes.CDLL(override)

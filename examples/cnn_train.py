@@ -663,6 +663,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.gpus is not None:
         return _dp.main(dp_rank, vars(args))
+    if cl.device_count() < 1:
+        print("cnn_train: needs a GPU, 0 visible")
+        return 2
 
     data = load_data(args.seed, args.synthetic)
     model = build(args.seed, batch=args.batch, image=data[0].shape[1:])

@@ -752,6 +752,9 @@ def main(argv=None) -> int:
         parser.error("--steps must be >= 1")
     if args.gpus is not None:
         return _dp.main(dp_rank, vars(args))
+    if cl.device_count() < 1:
+        print("transformer_train: needs a GPU, 0 visible")
+        return 2
     cfg = _config(vars(args))
     model = build(cfg, args.seed)
     print(f"{model!r}; batch {cfg.batch} x {cfg.seq} tokens; "

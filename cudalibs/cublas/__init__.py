@@ -5,7 +5,8 @@
   accumulation), int8 -> int32 and complex; transposed views become transpose flags.
 - :class:`GemmPlan`, :func:`tune_gemm` / ``algo="tuned"`` / :func:`algo_cache`: the fastest
   ``cublasGemmAlgo_t`` per problem, kept in the tuning store; :func:`set_gemm_backend` picks
-  the library behind the default GEMM (a prepared cuBLASLt call, or ``cublasGemmEx``).
+  the library behind the default GEMM (a cuBLASLt :class:`Matmul` plan, or ``cublasGemmEx``);
+  repeated calls relaunch the library's recorded kernels (:mod:`cudalibs.runtime.relaunch`).
 - :class:`Matmul` (cuBLASLt plans: heuristics, :meth:`Matmul.autotune`, fused bias/ReLU/GELU
   epilogues, fp8) and :func:`matmul`, its cached one-shot form.
 - :func:`axpy`, :func:`scal`, :func:`dot`, :func:`nrm2`, :func:`gemv`.
@@ -18,11 +19,12 @@ loads nothing.
 
 from ._base import lt_version, version
 from .blas import axpy, dot, gemv, nrm2, scal
-from .gemm import (GEMM_ALGOS, GEMM_KEY, SUPPORTED, GemmArgs, GemmPlan, algo_cache,
-                   clear_algo_cache, gemm, gemm_args, gemm_backend, gemm_batched,
-                   gemm_strided_batched, set_gemm_backend, tune_gemm)
+from .batched import algo_cache, clear_algo_cache, gemm_batched, tune_gemm
+from .gemm import (GEMM_ALGOS, GEMM_KEY, SUPPORTED, GemmArgs, GemmPlan, gemm, gemm_args,
+                   gemm_backend, gemm_strided_batched, set_gemm_backend)
 from .handle import WORKSPACE_BYTES, prepare, release_workspaces
-from .lt import MATMUL_KEY, Matmul, clear_plan_cache, matmul, plan_cache
+from .lt import Matmul
+from .matmul import MATMUL_KEY, clear_plan_cache, matmul, plan_cache
 from .lt_desc import EPILOGUES, Epilogue, MatmulDesc, MatmulPreference, MatrixLayout
 
 __all__ = ["version", "lt_version",

@@ -20,7 +20,7 @@ from ..driver.array import DeviceArray, empty
 from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
-from ..driver.operand import check_device, operand
+from ..runtime.operand import check_device, operand
 from ._common import INT_MAX as _INT_MAX, OP_N as _OP_N, OP_T as _OP_T, scalar as _scalar
 from .handle import cublas_handle
 
@@ -43,12 +43,12 @@ def _exec_type(dt: np.dtype) -> tuple[int, np.dtype]:
 def _vector(x, what, op=None) -> tuple[DeviceArray, int]:
     x = operand(x, what, op)
     if x.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got shape {x._shape}")
-    st = x._strides[0] if x._shape[0] > 1 else x.itemsize
+        raise ValueError(f"{what} must be 1-D, got shape {x.shape}")
+    st = x.strides[0] if x.shape[0] > 1 else x.itemsize
     if st <= 0 or st % x.itemsize:
         raise ValueError(f"{what} needs a positive stride that is a multiple of its item size "
                          f"(got {st} bytes); copy it first")
-    if x._shape[0] > _INT_MAX or st // x.itemsize > _INT_MAX:
+    if x.shape[0] > _INT_MAX or st // x.itemsize > _INT_MAX:
         raise ValueError(f"{what} is too long for cuBLAS's 32-bit sizes")
     return x, st // x.itemsize
 
@@ -56,29 +56,29 @@ def _vector(x, what, op=None) -> tuple[DeviceArray, int]:
 def _pair(x, y):
     x, incx = _vector(x, "x")
     y, incy = _vector(y, "y")
-    if x._shape != y._shape:
-        raise ValueError(f"x has shape {x._shape} but y has {y._shape}")
-    if x._dtype != y._dtype:
-        raise ValueError(f"x is {x._dtype} but y is {y._dtype}")
-    check_device(y, x._device, "y")
+    if x.shape != y.shape:
+        raise ValueError(f"x has shape {x.shape} but y has {y.shape}")
+    if x.dtype != y.dtype:
+        raise ValueError(f"x is {x.dtype} but y is {y.dtype}")
+    check_device(y, x.device, "y")
     return x, incx, y, incy
 
 
 def _handle(dev, stream):
     s = as_stream(stream, dev)
-    _drv.get().cuCtxSetCurrent(dev._ctx)
-    return s, cublas_handle(dev, s._handle)
+    _drv.get().cuCtxSetCurrent(dev.raw_context)
+    return s, cublas_handle(dev, s.raw_handle)
 
 
 def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
     """``y += alpha * x`` in place (``cublasAxpyEx``); returns ``y``."""
     x, incx, y, incy = _pair(x, y)
-    ex, scale = _exec_type(x._dtype)
+    ex, scale = _exec_type(x.dtype)
     a = _scalar(alpha, scale, "alpha")
-    s, h = _handle(x._device, stream)
-    t = _dtypes.lookup(x._dtype).cuda
-    st = _lib.get().cublasAxpyEx(h, x._shape[0], ctypes.addressof(a), ex, x._ptr, t, incx,
-                                 y._ptr, t, incy, ex)
+    s, h = _handle(x.device, stream)
+    t = _dtypes.lookup(x.dtype).cuda
+    st = _lib.get().cublasAxpyEx(h, x.shape[0], ctypes.addressof(a), ex, x.address, t, incx,
+                                 y.address, t, incy, ex)
     if st:
         raise_for(st, "cublasAxpyEx")
     return y
@@ -87,11 +87,11 @@ def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
 def scal(alpha, x, *, stream=None) -> DeviceArray:
     """``x *= alpha`` in place (``cublasScalEx``); returns ``x``."""
     x, incx = _vector(x, "x")
-    ex, scale = _exec_type(x._dtype)
+    ex, scale = _exec_type(x.dtype)
     a = _scalar(alpha, scale, "alpha")
-    s, h = _handle(x._device, stream)
-    t = _dtypes.lookup(x._dtype).cuda
-    st = _lib.get().cublasScalEx(h, x._shape[0], ctypes.addressof(a), ex, x._ptr, t, incx, ex)
+    s, h = _handle(x.device, stream)
+    t = _dtypes.lookup(x.dtype).cuda
+    st = _lib.get().cublasScalEx(h, x.shape[0], ctypes.addressof(a), ex, x.address, t, incx, ex)
     if st:
         raise_for(st, "cublasScalEx")
     return x
@@ -119,14 +119,14 @@ def dot(x, y, *, conjugate: bool = False, stream=None) -> DeviceArray:
     return their own type.  Does not synchronise: ``float(result.get())`` when you need it.
     """
     x, incx, y, incy = _pair(x, y)
-    ex, _ = _exec_type(x._dtype)
-    s, h = _handle(x._device, stream)
-    out = empty((), x._dtype, device=x._device, stream=s)
-    t = _dtypes.lookup(x._dtype).cuda
+    ex, _ = _exec_type(x.dtype)
+    s, h = _handle(x.device, stream)
+    out = empty((), x.dtype, device=x.device, stream=s)
+    t = _dtypes.lookup(x.dtype).cuda
     L = _lib.get()
-    fn, name = (L.cublasDotcEx, "cublasDotcEx") if conjugate and x._dtype.kind == "c" else (
+    fn, name = (L.cublasDotcEx, "cublasDotcEx") if conjugate and x.dtype.kind == "c" else (
         L.cublasDotEx, "cublasDotEx")
-    _device_result(fn, name, h, (x._shape[0], x._ptr, t, incx, y._ptr, t, incy, out._ptr, t,
+    _device_result(fn, name, h, (x.shape[0], x.address, t, incx, y.address, t, incy, out.address, t,
                                  ex))
     return out
 
@@ -135,15 +135,15 @@ def nrm2(x, *, stream=None) -> DeviceArray:
     """The Euclidean norm of ``x`` (``cublasNrm2Ex``), as a 0-d device array of the real
     type (float32 for complex64)."""
     x, incx = _vector(x, "x")
-    ex, _ = _exec_type(x._dtype)
-    s, h = _handle(x._device, stream)
+    ex, _ = _exec_type(x.dtype)
+    s, h = _handle(x.device, stream)
     rt = {np.dtype(np.complex64): np.dtype(np.float32),
-          np.dtype(np.complex128): np.dtype(np.float64)}.get(x._dtype, x._dtype)
-    if x._dtype.kind == "c":
+          np.dtype(np.complex128): np.dtype(np.float64)}.get(x.dtype, x.dtype)
+    if x.dtype.kind == "c":
         ex = _dtypes.lookup(rt).cuda
-    out = empty((), rt, device=x._device, stream=s)
+    out = empty((), rt, device=x.device, stream=s)
     _device_result(_lib.get().cublasNrm2Ex, "cublasNrm2Ex", h,
-                   (x._shape[0], x._ptr, _dtypes.lookup(x._dtype).cuda, incx, out._ptr,
+                   (x.shape[0], x.address, _dtypes.lookup(x.dtype).cuda, incx, out.address,
                     _dtypes.lookup(rt).cuda, ex))
     return out
 
@@ -173,23 +173,23 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
         ``y``.
     """
     a = operand(a, "a", "gemv")
-    dt = a._dtype
+    dt = a.dtype
     name = _GEMV.get(dt)
     if name is None:
         raise ValueError(f"gemv takes float32, float64, complex64 or complex128, not {dt} "
                          "(use cublas.gemm with an (N, 1) matrix for other types)")
     if a.ndim != 2:
-        raise ValueError(f"a must be 2-D, got shape {a._shape}")
-    M, N = a._shape
+        raise ValueError(f"a must be 2-D, got shape {a.shape}")
+    M, N = a.shape
     rows, cols = (N, M) if trans else (M, N)
     x, incx = _vector(x, "x")
-    if x._shape != (cols,) or x._dtype != dt or x._device is not a._device:
-        raise ValueError(f"x must be a ({cols},) {dt} vector on device {a._device.ordinal}, "
-                         f"not {x._shape} {x._dtype}")
+    if x.shape != (cols,) or x.dtype != dt or x.device is not a.device:
+        raise ValueError(f"x must be a ({cols},) {dt} vector on device {a.device.ordinal}, "
+                         f"not {x.shape} {x.dtype}")
     item = a.itemsize
-    if any(st % item for st in a._strides):
+    if any(st % item for st in a.strides):
         raise ValueError("a's strides are not multiples of its item size")
-    s0, s1 = a._strides[0] // item, a._strides[1] // item
+    s0, s1 = a.strides[0] // item, a.strides[1] // item
     # Row-major a (M×N) with unit column stride is the column-major N×M matrix aᵀ (ld = s0):
     # a @ x is then op T on it.  With unit row stride it is column-major M×N a itself.
     if N == 1 or s1 == 1:
@@ -207,16 +207,16 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
     if y is None:
         if beta != 0:
             raise ValueError("beta != 0 accumulates into y, so y must be given")
-        s = as_stream(stream, a._device)
-        y = empty((rows,), dt, device=a._device, stream=s)
+        s = as_stream(stream, a.device)
+        y = empty((rows,), dt, device=a.device, stream=s)
     y, incy = _vector(y, "y")
-    if y._shape != (rows,) or y._dtype != dt or y._device is not a._device:
-        raise ValueError(f"y must be a ({rows},) {dt} vector on device {a._device.ordinal}")
-    s, h = _handle(a._device, stream)
+    if y.shape != (rows,) or y.dtype != dt or y.device is not a.device:
+        raise ValueError(f"y must be a ({rows},) {dt} vector on device {a.device.ordinal}")
+    s, h = _handle(a.device, stream)
     if rows == 0:
         return y
-    st = getattr(_lib.get(), name)(h, op, cm, cn, ctypes.addressof(a_c), a._ptr, ld, x._ptr,
-                                   incx, ctypes.addressof(b_c), y._ptr, incy)
+    st = getattr(_lib.get(), name)(h, op, cm, cn, ctypes.addressof(a_c), a.address, ld, x.address,
+                                   incx, ctypes.addressof(b_c), y.address, incy)
     if st:
         raise_for(st, name)
     return y

@@ -17,7 +17,7 @@ The hot path
 ------------
 Everything that depends only on the problem (shapes, strides, dtypes, compute mode, algorithm)
 is validated once and kept in a prepared :class:`GemmPlan`, found in the one plan cache
-(:data:`cudalibs.driver.plan.cache`) under a ``"gemm"`` key; a repeated call looks the plan
+(:data:`cudalibs.plan_cache`) under a ``"gemm"`` key; a repeated call looks the plan
 up, checks the operands through the one operand path, allocates the output (stream-ordered)
 and makes one ctypes call.  The handle is rebound only when the stream changes
 (:mod:`cudalibs.cublas.handle`).
@@ -35,32 +35,33 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import threading
-import weakref
-from ctypes import c_longlong, c_size_t, c_void_p
+from ctypes import c_longlong, c_void_p
 
 import numpy as np
 
 from .. import dtypes as _dtypes
-from .._ffi import capture_open
 from ..driver import _lib as _drv
-from ..driver._core import raise_for as _drv_raise
-from ..driver.array import DeviceArray, byte_extent, empty, spans_overlap
-from ..driver.operand import check_device, operand
-from ..driver import relaunch as _relaunch
-from ..driver.plan import KeyKind, Plan, cache, scratch
+from ..driver.array import DeviceArray, byte_extent, empty
 from ..driver.stream import Stream, as_stream
+from ..runtime import front as _front
+from ..runtime import options as _options
+from ..runtime.options import CURRENT as _CURRENT
+from ..runtime.options import PROCESS as _PROCESS
+from ..runtime import relaunch as _relaunch
+from ..runtime.cache import KeyKind
+from ..runtime.operand import check_device, operand
+from ..runtime.plan import Plan, scratch
 from . import _lib
 from ._base import raise_for, version
 from ._common import (INT_MAX, SUPPORTED, GemmArgs, alignment, combo, gemm_args, scalar,
                       split_batch)
-from .handle import (WORKSPACE_BYTES, _rebind, _tls, _workspace_buffer,
-                     cublas_handle, lt_handle, thread_handle, workspace)
+from .handle import WORKSPACE_BYTES, cublas_handle, thread_handle, workspace
+from .lt import Matmul
 
-__all__ = ["gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
-           "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS", "GemmPlan",
-           "GEMM_KEY", "set_gemm_backend", "gemm_backend"]
+__all__ = ["gemm", "gemm_strided_batched", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS",
+           "GemmPlan", "GEMM_KEY", "set_gemm_backend", "gemm_backend", "plan_for",
+           "check_algo", "gemm_operands"]
 
 #: Every ``cublasGemmAlgo_t`` :func:`tune_gemm` tries: DEFAULT, ALGO0..23,
 #: DEFAULT_TENSOR_OP, ALGO0..15_TENSOR_OP.
@@ -81,7 +82,7 @@ def _algo_name(v: int) -> str:
     return f"CUBLAS_GEMM_ALGO{v}"
 
 
-def _check_algo(algo) -> int:
+def check_algo(algo) -> int:
     if isinstance(algo, bool) or not isinstance(algo, (int, np.integer)) or \
             int(algo) not in GEMM_ALGOS:
         raise ValueError(f"algo must be None, 'tuned' or a cublasGemmAlgo_t value "
@@ -90,10 +91,6 @@ def _check_algo(algo) -> int:
 
 
 # -- which library runs the default GEMM ----------------------------------------------------
-_BACKENDS = ("auto", "cublas", "lt")
-_backend = [os.environ.get("CUDALIBS_GEMM_BACKEND", "auto").strip().lower() or "auto"]
-if _backend[0] not in _BACKENDS:
-    _backend[0] = "auto"
 #: The inputs the cuBLASLt route takes (int8 and complex stay on cublasGemmEx).
 _LT_TYPES = frozenset(t for t in (np.dtype(np.float16), np.dtype(np.float32),
                                   np.dtype(np.float64), _dtypes.bfloat16) if t is not None)
@@ -104,27 +101,27 @@ _LT_ALIGN = 16
 
 def set_gemm_backend(name: str) -> str:
     """Choose the library behind :func:`gemm` / :func:`gemm_strided_batched` calls with the
-    default algorithm; returns the previous choice.
+    default algorithm, process-wide; returns the previous choice.  The same as
+    ``cudalibs.set_options(gemm_backend=name)`` (see :class:`cudalibs.Options`; within a block
+    use :func:`cudalibs.option_context`).
 
     Parameters
     ----------
     name : {"auto", "cublas", "lt"}
         ``"auto"`` (the default, also ``$CUDALIBS_GEMM_BACKEND``) and ``"lt"``: float16,
-        bfloat16, float32 and float64 products go through ``cublasLtMatmul`` with an
+        bfloat16, float32 and float64 products go through a cuBLASLt :class:`Matmul` with an
         algorithm chosen once per problem, where cuBLASLt has one and the operands are
-        16-byte aligned; everything else, ``replay=True`` and explicit algorithms through
-        ``cublasGemmEx``.  ``"cublas"``: always ``cublasGemmEx``.
+        16-byte aligned; everything else and explicit algorithms through ``cublasGemmEx``.
+        ``"cublas"``: always ``cublasGemmEx``.
     """
-    name = str(name).lower()
-    if name not in _BACKENDS:
-        raise ValueError(f"gemm backend must be one of {_BACKENDS}, not {name!r}")
-    old, _backend[0] = _backend[0], name
-    return old
+    if not isinstance(name, str):
+        raise TypeError(f"gemm backend must be a string, not {type(name).__name__}")
+    return _options.set_options(gemm_backend=name.lower()).gemm_backend
 
 
 def gemm_backend() -> str:
-    """The current choice of :func:`set_gemm_backend`."""
-    return _backend[0]
+    """The gemm backend in force here (:attr:`cudalibs.Options.gemm_backend`)."""
+    return _options.options().gemm_backend
 
 
 # -- the plan --------------------------------------------------------------------------------
@@ -169,30 +166,30 @@ class GemmPlan(Plan):
     library = "cuBLAS"
 
     def __init__(self, a, b, out=None, *, compute=None, algo=None, batched: bool = False):
-        a, b, out, dev = _operands("GemmPlan", a, b, out)
+        a, b, out, dev = gemm_operands("GemmPlan", a, b, out)
         self._init_plan(dev)
         self._validate(a, b, out, compute, algo, batched)
         self._prepare(a, b, out)
-        # The handle is per thread; what the plan owns are the resources of its cuBLASLt
-        # route (the Matmul plan, the recorded kernel), closed with it.
+        # The handle is per thread; what the plan owns are its recorded cublasGemmEx calls
+        # and its cuBLASLt route (a Matmul plan with its own), closed with it.
         self._children = [self.relaunches]
         self._own(_close_children, self._children)
 
     # -- construction -------------------------------------------------------------------------
     def _validate(self, a, b, out, compute, algo, batched) -> None:
-        ab = a._dtype
-        if b._dtype != ab:
-            raise ValueError(f"a is {ab} but b is {b._dtype}: cuBLAS needs both inputs of one "
+        ab = a.dtype
+        if b.dtype != ab:
+            raise ValueError(f"a is {ab} but b is {b.dtype}: cuBLAS needs both inputs of one "
                              f"type (supported: {'; '.join(SUPPORTED)})")
         if compute is not None and not isinstance(compute, str):
             raise TypeError(f"compute must be a string such as 'tf32' or None, not {compute!r}")
-        self.combo = row = combo(ab, None if out is None else out._dtype, compute)
+        self.combo = row = combo(ab, None if out is None else out.dtype, compute)
         self.compute = compute
         hint = "; use cublas.gemv for matrix-vector products"
-        ba, bsa, ashape, astr = split_batch(a._shape, a._strides, "a", hint)
-        bb, bsb, bshape, bstr = split_batch(b._shape, b._strides, "b", hint)
-        if not batched and (len(a._shape) != 2 or len(b._shape) != 2):
-            raise ValueError(f"gemm takes matrices; got shapes {a._shape} and {b._shape} "
+        ba, bsa, ashape, astr = split_batch(a.shape, a.strides, "a", hint)
+        bb, bsb, bshape, bstr = split_batch(b.shape, b.strides, "b", hint)
+        if not batched and (len(a.shape) != 2 or len(b.shape) != 2):
+            raise ValueError(f"gemm takes matrices; got shapes {a.shape} and {b.shape} "
                              "(use gemm_strided_batched for stacks)")
         if ba != bb and ba != 1 and bb != 1:
             raise ValueError(f"batch sizes {ba} and {bb} do not broadcast")
@@ -202,14 +199,14 @@ class GemmPlan(Plan):
         M, K = ashape
         K2, N = bshape
         if K != K2:
-            raise ValueError(f"inner dimensions differ: a is {a._shape}, b is {b._shape} "
+            raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape} "
                              f"({K} != {K2})")
-        out_shape = (M, N) if len(a._shape) == 2 and len(b._shape) == 2 else (batch, M, N)
+        out_shape = (M, N) if len(a.shape) == 2 and len(b.shape) == 2 else (batch, M, N)
         item, oitem = ab.itemsize, row.c.itemsize
         if out is not None:
-            if out._shape != out_shape:
-                raise ValueError(f"out has shape {out._shape}; the product is {out_shape}")
-            _, bso, _, out_strides = split_batch(out._shape, out._strides, "out")
+            if out.shape != out_shape:
+                raise ValueError(f"out has shape {out.shape}; the product is {out_shape}")
+            _, bso, _, out_strides = split_batch(out.shape, out.strides, "out")
         else:
             bso, out_strides = M * N * oitem, None
         args = gemm_args(ashape, astr, bshape, bstr, out_strides, item, oitem,
@@ -240,7 +237,7 @@ class GemmPlan(Plan):
                 raise ValueError("an int8 GEMM needs k and every leading dimension to be a "
                                  f"multiple of 4; here {', '.join(bad)}")
         self.algo_default = _lib.CUBLAS_GEMM_DEFAULT if algo in (None, "tuned") else \
-            _check_algo(algo)
+            check_algo(algo)
         self.wants_tuning = algo == "tuned"
         self.args, self.batch = args, batch
         self.sa, self.sb, self.sc = bsa // item, bsb // item, bso // oitem
@@ -257,36 +254,38 @@ class GemmPlan(Plan):
         self.one_p = c_void_p(ctypes.addressof(self.one))
         self.zero_p = c_void_p(ctypes.addressof(self.zero))
         self.memo = {}
-        self.replays = {}
-        self.a_ext = byte_extent(a._shape, a._strides, item)
-        self.b_ext = byte_extent(b._shape, b._strides, item)
+        self.a_ext = byte_extent(a.shape, a.strides, item)
+        self.b_ext = byte_extent(b.shape, b.strides, item)
         oitem = row.c.itemsize
-        self.c_ext = None if out is None else byte_extent(out._shape, out._strides, oitem)
+        self.c_ext = None if out is None else byte_extent(out.shape, out.strides, oitem)
         # The layouts cuBLAS reads (after any copy), for scratch operands when timing.
-        self.a_layout = (a._shape, _c_strides(a._shape, item) if args.copy_a else a._strides)
+        self.a_layout = (a.shape, _c_strides(a.shape, item) if args.copy_a else a.strides)
         if args.copy_b == "F":
-            sw = _c_strides(b._shape[:-2] + b._shape[:-3:-1], item)
+            sw = _c_strides(b.shape[:-2] + b.shape[:-3:-1], item)
             bst = sw[:-2] + (sw[-1], sw[-2])
         elif args.copy_b:
-            bst = _c_strides(b._shape, item)
+            bst = _c_strides(b.shape, item)
         else:
-            bst = b._strides
-        self.b_layout = (b._shape, bst)
+            bst = b.strides
+        self.b_layout = (b.shape, bst)
         self.out_layout = (self.out_shape, _c_strides(self.out_shape, oitem) if out is None
-                           else out._strides)
+                           else out.strides)
         self.fast = (args.transa, args.transb, args.m, args.n, args.k, args.lda, args.ldb,
                      args.ldc, self.abtype, self.ctype, row.compute, c_longlong(self.sa),
                      c_longlong(self.sb), c_longlong(self.sc), self.batch,
                      not (self.batch == 1 and len(self.out_shape) == 2), *_ext(self.a_ext),
                      *_ext(self.b_ext), *_ext(self.c_ext), args.copy_a, args.copy_b)
-        # The cuBLASLt route: built on first use (None), then a prepared call or False.
+        # The cuBLASLt route: built on first use (None), then a Matmul plan or False.
         self.lt_lock = threading.Lock()
-        # The recorded cuBLASLt kernel of the default-scalar call (one call shape).
+        # The recorded cublasGemmEx calls, by call shape (the cuBLASLt route's are its
+        # Matmul's).
         self.relaunches = _relaunch.RelaunchSlots()
+        self.gemm_fn = _lib.get().unchecked(
+            "cublasGemmStridedBatchedEx" if self.fast[15] else "cublasGemmEx")
         self.lt = None if (row.ab in _LT_TYPES and not args.copy_a and not args.copy_b
                            and min(args.m, args.n, args.k) > 0) else False
-        self._a_desc = (a._shape, a._strides, a._dtype)
-        self._b_desc = (b._shape, b._strides, b._dtype)
+        self._a_desc = (a.shape, a.strides, a.dtype)
+        self._b_desc = (b.shape, b.strides, b.dtype)
 
     def scalar(self, value, what):
         """``value`` in the scale type, memoised: a training loop repeats a few values.
@@ -334,13 +333,12 @@ class GemmPlan(Plan):
         # Timing writes a scratch output, never the caller's.
         c = scratch(self.out_layout[0], self.combo.c, dev, stream, strides=self.out_layout[1])
         cands = self._candidates
-        _drv.get().cuCtxSetCurrent(dev._ctx)
-        h = thread_handle(dev)
-        if h.stream != stream._handle:
-            _rebind(h, dev, stream._handle)
+        _drv.get().cuCtxSetCurrent(dev.raw_context)
+        h = cublas_handle(dev, stream.raw_handle)
 
         def run(i):
-            st = _call(self, h, a, b, c._ptr, self.one, self.zero, cands[i]["id"])
+            st = _call(self, h, a.address, b.address, c.address, self.one, self.zero,
+                       cands[i]["id"])
             if st:
                 raise_for(st, "cublasGemmEx", f"{cands[i]['name']} on {self._problem()}")
 
@@ -350,9 +348,43 @@ class GemmPlan(Plan):
             for x in (a, b, c):
                 x.close()
 
+    # -- relaunches -------------------------------------------------------------------------
+    def relaunch_slots(self) -> list:
+        return [self.relaunches] + (self.lt.relaunch_slots() if self.lt else [])
+
+    def recording(self, key):
+        """How to record a cublasGemmEx call shape (see :func:`_exec`) for relaunching."""
+        algo_v, c_al, b_al, a_al, alpha_b, beta_b = key
+        kind = type(self.one)
+        alpha_c = self.one if alpha_b is None else kind.from_buffer_copy(alpha_b)
+        beta_c = self.zero if beta_b is None else kind.from_buffer_copy(beta_b)
+        dev = self._device
+        set_ws = _lib.get().cublasSetWorkspace_v2
+
+        def enqueue(cs, addrs):
+            c, bp, ap, w = addrs
+            h = thread_handle(dev)
+            try:
+                h.bind(cs.raw_handle)       # which resets the workspace: the probe next
+                st = set_ws(h.raw, w, WORKSPACE_BYTES)
+                if st:
+                    raise_for(st, "cublasSetWorkspace_v2")
+                st = _call(self, h.raw, ap, bp, c, alpha_c, beta_c, algo_v)
+            finally:
+                h.stream = None         # the next call binds its stream and workspace again
+            if st:
+                raise_for(st, "cublasGemmStridedBatchedEx" if self.fast[15] else
+                          "cublasGemmEx", repr(self))
+
+        return _relaunch.Recording(
+            enqueue, (c_al, b_al, a_al, _relaunch.WORKSPACE_ALIGN),
+            f"{'cublasGemmStridedBatchedEx' if self.fast[15] else 'cublasGemmEx'} "
+            f"{self._problem()}", prepare=lambda cs: thread_handle(dev))
+
     # -- execution --------------------------------------------------------------------------
     def execute(self, a, b, out=None, *, alpha=1, beta=0, stream=None, replay=False):
-        """Run the plan on operands of the shapes, strides and dtypes it was made for.
+        """Run the plan on operands of the shapes, strides and dtypes it was made for
+        (``replay`` is accepted for compatibility: every repeated call relaunches).
 
         Returns
         -------
@@ -360,20 +392,20 @@ class GemmPlan(Plan):
             ``out`` (a new array when not given).
         """
         self._live()
-        a, b, out, dev = _operands("GemmPlan.execute", a, b, out)
+        a, b, out, dev = gemm_operands("GemmPlan.execute", a, b, out)
         check_device(a, self._device, "a", "GemmPlan.execute")
-        if (a._shape, a._strides, a._dtype) != self._a_desc or \
-                (b._shape, b._strides, b._dtype) != self._b_desc:
-            raise ValueError(f"GemmPlan.execute: a {a._shape} {a._strides} and b {b._shape} "
-                             f"{b._strides} do not match the plan's {self._a_desc[:2]} and "
+        if (a.shape, a.strides, a.dtype) != self._a_desc or \
+                (b.shape, b.strides, b.dtype) != self._b_desc:
+            raise ValueError(f"GemmPlan.execute: a {a.shape} {a.strides} and b {b.shape} "
+                             f"{b.strides} do not match the plan's {self._a_desc[:2]} and "
                              f"{self._b_desc[:2]}")
-        if out is not None and (self.c_ext is None or out._shape != self.out_layout[0] or
-                                out._strides != self.out_layout[1] or
-                                out._dtype != self.out_dtype):
+        if out is not None and (self.c_ext is None or out.shape != self.out_layout[0] or
+                                out.strides != self.out_layout[1] or
+                                out.dtype != self.out_dtype):
             raise ValueError("GemmPlan.execute: out does not match the plan's output layout")
         if out is None and self.c_ext is not None:
             raise ValueError("GemmPlan.execute: this plan was made for a given out; pass out=")
-        return _exec(self, a, b, out, alpha, beta, stream, replay)
+        return _exec(self, a, b, out, alpha, beta, stream)
 
     @property
     def tuning(self) -> dict:
@@ -391,60 +423,67 @@ def _close_children(children) -> None:
     children.clear()
 
 
-def _operands(op, a, b, out):
-    """The operands through the one operand path, all on ``a``'s device."""
-    a = operand(a, "a", op)
-    dev = a._device
-    b = operand(b, "b", op, device=dev)
+def gemm_operands(op, a, b, out, stream=None):
+    """The operands through the one operand path, all on ``a``'s device (a producer's stream
+    ordered before ``stream``, the call's)."""
+    a = operand(a, "a", op, stream=stream)
+    dev = a.device
+    b = operand(b, "b", op, device=dev, stream=stream)
     if out is not None:
-        out = operand(out, "out", op, device=dev)
+        out = operand(out, "out", op, device=dev, stream=stream)
     return a, b, out, dev
 
 
-#: The keys of :func:`gemm`'s plans in :data:`cudalibs.driver.plan.cache`.  ``align`` is
-#: None except for ``algo="tuned"``, whose choice depends on the operands' alignment.
+#: The keys of :func:`gemm`'s plans in the one plan cache.  ``align`` is None except for
+#: ``algo="tuned"``, whose choice depends on the operands' alignment.
 GEMM_KEY = KeyKind("gemm", ("a_shape", "a_strides", "a_dtype", "b_shape", "b_strides",
                             "b_dtype", "out_shape", "out_strides", "out_dtype", "compute",
                             "algo", "batched", "device", "align"))
 
 
-def _run(a, b, out, alpha, beta, compute, algo, stream, batched, replay=False):
+def plan_for(op, a, b, out, compute, algo, batched, align=None):
+    """The cached plan of a problem (the one front: lookup, then build on a miss)."""
+    if out is None:
+        key = (GEMM_KEY, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype,
+               None, None, None, compute, algo, batched, a.device, align)
+    else:
+        key = (GEMM_KEY, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype,
+               out.shape, out.strides, out.dtype, compute, algo, batched, a.device, align)
+    p = _front.lookup(key)
+    if p is None:
+        p = GemmPlan(a, b, out, compute=compute, algo=algo, batched=batched)
+        p.align = align
+        p = _front.insert(key, p, None)     # planned on first use (algo="tuned": autotuned)
+    return p
+
+
+def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
     """Shared body of :func:`gemm` and :func:`gemm_strided_batched`."""
     if type(a) is not DeviceArray or type(b) is not DeviceArray or (
             out is not None and type(out) is not DeviceArray):
-        a, b, out, _ = _operands("gemm", a, b, out)
+        a, b, out, _ = gemm_operands("gemm", a, b, out, stream)
     else:
         a = operand(a, "a", "gemm")
         b = operand(b, "b", "gemm")
         if out is not None:
             out = operand(out, "out", "gemm")
-    dev = a._device
-    if b._device is not dev:
+    dev = a.device
+    if b.device is not dev:
         check_device(b, dev, "b", "gemm")
-    if out is None:
-        key = (GEMM_KEY, a._shape, a._strides, a._dtype, b._shape, b._strides, b._dtype,
-               None, None, None, compute, algo, batched, dev, None)
-    else:
-        if out._device is not dev:
-            check_device(out, dev, "out", "gemm")
-        key = (GEMM_KEY, a._shape, a._strides, a._dtype, b._shape, b._strides, b._dtype,
-               out._shape, out._strides, out._dtype, compute, algo, batched, dev,
-               None if algo != "tuned" else (alignment(a._ptr), alignment(b._ptr),
-                                             alignment(out._ptr)))
-    p = cache.get(key)
-    if p is None:
-        p = GemmPlan(a, b, out, compute=compute, algo=algo, batched=batched)
-        if key[14] is not None:
-            p.align = key[14]
-        p = cache.put(key, p)
-    return _exec(p, a, b, out, alpha, beta, stream, replay)
+    if out is not None and out.device is not dev:
+        check_device(out, dev, "out", "gemm")
+    align = None
+    if algo == "tuned" and out is not None:
+        align = (alignment(a.address), alignment(b.address), alignment(out.address))
+    p = plan_for("gemm", a, b, out, compute, algo, batched, align)
+    return _exec(p, a, b, out, alpha, beta, stream)
 
 
-def _exec(p, a, b, out, alpha, beta, stream, replay):
+def _exec(p, a, b, out, alpha, beta, stream):
     """Run plan ``p`` on operands already matched to it (the hot path)."""
     (ta, tb, m, n, k, lda, ldb, ldc, abtype, ctype, ctype_compute, sa, sb, sc, batch,
      strided, alo, ahi, blo, bhi, clo, chi, copy_a, copy_b) = p.fast
-    dev = p._device
+    dev = p.device
     # The defaults (the ints 1 and 0) use the plan's prepared scalars.
     if type(alpha) is int and alpha == 1:
         alpha_c = p.one
@@ -454,7 +493,7 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
         beta_c = p.zero
     else:
         beta_c = p.scalar(beta, "beta")
-    if type(stream) is Stream and stream._device is dev and not stream.closed:
+    if type(stream) is Stream and stream.device is dev and not stream.closed:
         s = stream
     else:
         s = as_stream(stream, dev)
@@ -462,11 +501,11 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
         if beta_c is not p.zero and beta != 0:
             raise ValueError("gemm: beta != 0 accumulates into out, so out must be given")
         out = empty(p.out_shape, p.out_dtype, device=dev, stream=s)
-        c_ptr = out._ptr
+        c_ptr = out.address
     else:
-        c_ptr = out._ptr
+        c_ptr = out.address
         # spans_overlap inlined: empty extents have hi far below any address.
-        lo, hi, pa, pb = c_ptr + clo, c_ptr + chi, a._ptr, b._ptr
+        lo, hi, pa, pb = c_ptr + clo, c_ptr + chi, a.address, b.address
         if (lo < pa + ahi and pa + alo < hi) or (lo < pb + bhi and pb + blo < hi):
             raise ValueError("gemm: out overlaps an input; cuBLAS reads the inputs while "
                              "writing out, so they must not share memory")
@@ -479,117 +518,74 @@ def _exec(p, a, b, out, alpha, beta, stream, replay):
     if p.wants_tuning and not p.tuned:
         p.autotune(stream=s)
     algo_v = p.algo
-    if replay and not (copy_a or copy_b) and not s.is_default and not capture_open():
-        rkey = (a._ptr, b._ptr, c_ptr, s._handle, algo_v,
-                None if alpha_c is p.one else bytes(alpha_c),
-                None if beta_c is p.zero else bytes(beta_c))
-        if _replay(p, rkey, dev, s, lambda h: _call(p, h, a, b, c_ptr, alpha_c, beta_c,
-                                                     algo_v)):
-            return out
-    elif p.lt is not False and _backend[0] != "cublas" and \
-            algo_v == _lib.CUBLAS_GEMM_DEFAULT and not p.wants_tuning and \
-            not (a._ptr | b._ptr | c_ptr) & (_LT_ALIGN - 1):
-        lt = p.lt if p.lt is not None else _lt_prepare(p)
-        if lt:
-            _drv.get().cuCtxSetCurrent(dev._ctx)
-            ws = workspace(dev, s._handle)
-            if alpha_c is p.one and beta_c is p.zero and not ws & _WS_MASK and \
-                    not capture_open():
-                rl = p.relaunches.get(None)
-                if rl is None and p.relaunches.due(None):
-                    rl = _relaunch_record(p, a, b, c_ptr, ws)
-                if rl is not None:
-                    st = rl.launch((c_ptr, b._ptr, a._ptr, ws), s._h)
-                    if st:
-                        _drv_raise(st, "cuGraphLaunch", repr(p))
-                    return out
-            alpha_p = p.one_p if alpha_c is p.one else c_void_p(ctypes.addressof(alpha_c))
-            beta_p = p.zero_p if beta_c is p.zero else c_void_p(ctypes.addressof(beta_c))
-            st = _lt_call(lt, dev, alpha_p, beta_p, a._ptr, b._ptr, c_ptr, ws, s)
+    a_ptr, b_ptr = a.address, b.address
+    if p.lt is not False and algo_v == _lib.CUBLAS_GEMM_DEFAULT and not p.wants_tuning and \
+            not (a_ptr | b_ptr | c_ptr) & (_LT_ALIGN - 1) and \
+            (_CURRENT.get() or _PROCESS[0]).gemm_backend != "cublas":
+        mm = p.lt if p.lt is not None else _lt_prepare(p)
+        if mm:
+            if alpha_c is p.one and beta_c is p.zero:
+                st = mm._run(mm._algo, a_ptr, b_ptr, c_ptr, c_ptr, s)
+            else:
+                st = mm._run(mm._algo, a_ptr, b_ptr, c_ptr, c_ptr, s, (),
+                             c_void_p(ctypes.addressof(alpha_c)),
+                             c_void_p(ctypes.addressof(beta_c)))
             if st:
                 raise_for(st, "cublasLtMatmul", repr(p))
             return out
-    _drv.get().cuCtxSetCurrent(dev._ctx)
-    # cublas_handle() inlined: this thread's handle, rebound only when the stream changed.
-    try:
-        h = _tls.cublas[dev]
-    except (AttributeError, KeyError):
-        h = thread_handle(dev)
-    if h.stream != s._handle:
-        _rebind(h, dev, s._handle)
-    st = _call(p, h, a, b, c_ptr, alpha_c, beta_c, algo_v)
+    _drv.get().cuCtxSetCurrent(dev.raw_context)
+    h = cublas_handle(dev, s.raw_handle)
+    if (_CURRENT.get() or _PROCESS[0]).relaunch:
+        ws = workspace(dev, s.raw_handle)
+        if not ws & _WS_MASK:
+            # The call shape: the algorithm, each operand's alignment (cuBLAS picks kernels
+            # by it), and scalars other than the plan's (their values are baked into the
+            # kernels).
+            key = (algo_v, min(c_ptr & -c_ptr, 256), min(b_ptr & -b_ptr, 256),
+                   min(a_ptr & -a_ptr, 256), None if alpha_c is p.one else bytes(alpha_c),
+                   None if beta_c is p.zero else bytes(beta_c))
+            if p.relaunches.launch(key, (c_ptr, b_ptr, a_ptr, ws), s, p, dev):
+                return out
+    st = _call(p, h, a_ptr, b_ptr, c_ptr, alpha_c, beta_c, algo_v)
     if st:
         raise_for(st, "cublasGemmStridedBatchedEx" if strided else "cublasGemmEx", repr(p))
     return out
 
 
-_WS_BYTES = c_size_t(WORKSPACE_BYTES)
 _WS_MASK = _relaunch.WORKSPACE_ALIGN - 1
-
-
-def _lt_call(lt, dev, alpha_p, beta_p, a_ptr, b_ptr, c_ptr, ws, s) -> int:
-    """The prepared ``cublasLtMatmul`` of a plan's cuBLASLt route; the status."""
-    fn, desc, la, lb, lc, algo_ref = lt
-    cp = c_void_p(c_ptr)
-    return fn(lt_handle(dev), desc, alpha_p, c_void_p(b_ptr), la, c_void_p(a_ptr), lb, beta_p,
-              cp, lc, cp, lc, algo_ref, c_void_p(ws), _WS_BYTES, s._h)
-
-
-def _relaunch_record(p, a, b, c_ptr, ws):
-    """Record plan ``p``'s cuBLASLt call for relaunching (:mod:`cudalibs.driver.relaunch`):
-    the relaunch, or None (``p.relaunches.state(None)`` says why)."""
-    dev, lt = p._device, p.lt
-
-    def enqueue(cs, ptrs):
-        c, bp, ap, w = ptrs
-        st = _lt_call(lt, dev, p.one_p, p.zero_p, ap, bp, c, w, cs)
-        if st:
-            raise_for(st, "cublasLtMatmul", repr(p))
-
-    return p.relaunches.record(None, dev, enqueue, (c_ptr, b._ptr, a._ptr, ws),
-                               (_LT_ALIGN, _LT_ALIGN, _LT_ALIGN, _relaunch.WORKSPACE_ALIGN),
-                               name=f"cublasLtMatmul {p._problem()}")
 
 
 def _lt_prepare(p):
     """Build plan ``p``'s cuBLASLt route: a :class:`~cudalibs.cublas.Matmul` of the same
-    problem with its heuristic's first algorithm, as the arguments of one unchecked
-    ``cublasLtMatmul``; False (kept) when cuBLASLt offers no algorithm for it."""
-    from .lt import Matmul
-
-    # Once per plan, under its lock: two threads preparing at once would each replace the
-    # other's Matmul, freeing descriptors the other is about to pass to cuBLASLt.
+    problem with its heuristic's first algorithm, kept by the plan and closed with it; False
+    (kept) when cuBLASLt offers no algorithm for it."""
+    # Once per plan, under its lock: two threads preparing at once would each make a Matmul.
     with p.lt_lock:
         if p.lt is not None:
             return p.lt
-        return _lt_build(p, Matmul)
+        row = p.combo
+        a_shape, a_strides, dt = p._a_desc
+        b_shape, b_strides, _ = p._b_desc
+        try:
+            mm = Matmul((a_shape, dt, a_strides), (b_shape, dt, b_strides),
+                        out=(p.out_layout[0], row.c, p.out_layout[1]), compute=p.compute,
+                        device=p.device, min_alignment=_LT_ALIGN, max_candidates=1).plan()
+        except (ValueError, TypeError, ArithmeticError, OSError):
+            p.lt = False
+            return False
+        except Exception as exc:   # noqa: BLE001 - a library refusal: stay on cublasGemmEx
+            if type(exc).__name__ != "CublasError":
+                raise
+            p.lt = False
+            return False
+        p._children.append(mm)
+        p.lt = mm
+        return mm
 
 
-def _lt_build(p, Matmul):
-    row = p.combo
-    a_shape, a_strides, dt = p._a_desc
-    b_shape, b_strides, _ = p._b_desc
-    try:
-        mm = Matmul((a_shape, dt, a_strides), (b_shape, dt, b_strides),
-                    out=(p.out_layout[0], row.c, p.out_layout[1]), compute=p.compute,
-                    device=p._device, min_alignment=_LT_ALIGN, max_candidates=1).plan()
-        fn, desc, la, lb, lc, algo = mm.prepared_call()
-    except (ValueError, TypeError, ArithmeticError, OSError):
-        p.lt = False
-        return False
-    except Exception as exc:   # noqa: BLE001 - a library refusal: stay on cublasGemmEx
-        if type(exc).__name__ != "CublasError":
-            raise
-        p.lt = False
-        return False
-    p.lt_plan = mm          # keeps the descriptors alive as long as the GEMM plan
-    p._children.append(mm)
-    p.lt = (fn, desc, la, lb, lc, ctypes.byref(algo))
-    return p.lt
-
-
-def _call(p, h, a, b, c_ptr, alpha_c, beta_c, algo_v) -> int:
-    """The cuBLAS call of plan ``p`` on handle ``h`` (bound to its stream); the status."""
+def _call(p, h, a_ptr, b_ptr, c_ptr, alpha_c, beta_c, algo_v, stream_h=None) -> int:
+    """The cuBLAS call of plan ``p`` on raw handle ``h`` (bound to its stream); the
+    status."""
     (ta, tb, m, n, k, lda, ldb, ldc, abtype, ctype, ctype_compute, sa, sb, sc, batch,
      strided, *_) = p.fast
     # The unchecked entry points (no ctypes conversions): every int below was checked to fit
@@ -603,89 +599,13 @@ def _call(p, h, a, b, c_ptr, alpha_c, beta_c, algo_v) -> int:
     else:
         beta_p = c_void_p(ctypes.addressof(beta_c))
     if strided:
-        return _lib.get().unchecked("cublasGemmStridedBatchedEx")(
-            h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, sb, c_void_p(a._ptr),
-            abtype, ldb, sa, beta_p, c_void_p(c_ptr), ctype, ldc, sc, batch, ctype_compute, algo_v)
-    return _lib.get().unchecked("cublasGemmEx")(
-        h.raw, ta, tb, m, n, k, alpha_p, c_void_p(b._ptr), abtype, lda, c_void_p(a._ptr),
-        abtype, ldb, beta_p, c_void_p(c_ptr), ctype, ldc, ctype_compute, algo_v)
-
-
-# -- replay: the same call again as a one-node CUDA graph -----------------------------------
-#: Most replayable calls remembered per plan (pointer sets seen, graphs made); the plans
-#: themselves are bounded by the one plan cache.
-_REPLAYS_PER_PLAN = 32
-
-
-class _Replay:
-    """A captured call: its executable graph, the workspace buffer it was captured with and
-    the stream object it replays on (both checked before each launch)."""
-
-    __slots__ = ("exec", "raw", "workspace", "stream", "launch", "set_ctx")
-
-
-def _replay(p, rkey, dev, s, call) -> bool:
-    """Launch the graph of a call seen before with these exact pointers, scalars and stream;
-    capture it on its second occurrence.  Returns False when the caller must make the call.
-
-    The graph holds the pointers, scalars and the stream's workspace as they were at
-    capture, so it computes exactly what the call would: the key holds every pointer and
-    scalar and the stream handle, the stream is checked to be the same live object (a weak
-    reference: a handle reused by a later stream is another stream), and the workspace to be
-    the buffer still assigned to that stream.  Entries are shared by the threads using the
-    plan (each captures on a private stream of its own); a launch reads nothing mutable.
-    """
-    entry = p.replays.get(rkey)
-    if entry is not None:
-        if type(entry) is _Replay:
-            if entry.stream() is s and not s.closed and \
-                    entry.workspace is _workspace_buffer(dev, s):
-                entry.set_ctx(dev._ctx)
-                st = entry.launch(entry.raw, s._h)
-                if st:
-                    _drv_raise(st, "cuGraphLaunch")
-                return True
-            p.replays.pop(rkey, None)       # stale: its stream or workspace is gone
-            return False
-        if entry() is not s:                # seen once, on another stream object
-            p.replays[rkey] = weakref.ref(s)
-            return False
-    else:
-        if len(p.replays) < _REPLAYS_PER_PLAN:
-            p.replays[rkey] = weakref.ref(s)    # seen once: a second call captures
-        return False
-    # Second occurrence: capture on a private stream of this thread (no other thread's work
-    # can join the capture), with the handle pointed at the target stream's workspace, so
-    # replays on that stream stay ordered with everything else using it.
-    cap = _relaunch.capture_stream(dev)
-    ws = _workspace_buffer(dev, s)
-    _drv.get().cuCtxSetCurrent(dev._ctx)
-    h = thread_handle(dev)
-    h.bind(cap._handle)
-    h.stream = None         # the next ordinary call binds its stream and workspace again
-    st = _lib.get().cublasSetWorkspace_v2(h.raw, ws.ptr, WORKSPACE_BYTES)
-    if st:
-        raise_for(st, "cublasSetWorkspace_v2")
-    from ..driver import graph as _graph
-
-    with _graph.capture(cap) as g:
-        st = call(h)
-    try:
-        if st:
-            raise_for(st, "cublasGemmStridedBatchedEx" if p.fast[15] else "cublasGemmEx",
-                      repr(p))
-        entry = _Replay()
-        entry.exec = g.instantiate()
-    finally:
-        g.close()           # the executable graph is independent of it
-    # Bound once per graph: the unchecked entry point takes the prepared c_void_p without a
-    # ctypes conversion per launch (the CPU tests check its arguments against the prototype).
-    L = _drv.get()
-    entry.raw = c_void_p(entry.exec.handle)
-    entry.launch, entry.set_ctx = L.unchecked("cuGraphLaunch"), L.cuCtxSetCurrent
-    entry.workspace, entry.stream = ws, weakref.ref(s)
-    p.replays[rkey] = entry
-    return _replay(p, rkey, dev, s, call)
+        return p.gemm_fn(
+            h, ta, tb, m, n, k, alpha_p, c_void_p(b_ptr), abtype, lda, sb, c_void_p(a_ptr),
+            abtype, ldb, sa, beta_p, c_void_p(c_ptr), ctype, ldc, sc, batch, ctype_compute,
+            algo_v)
+    return p.gemm_fn(
+        h, ta, tb, m, n, k, alpha_p, c_void_p(b_ptr), abtype, lda, c_void_p(a_ptr), abtype,
+        ldb, beta_p, c_void_p(c_ptr), ctype, ldc, ctype_compute, algo_v)
 
 
 def _copy_operand(x, mode, s):
@@ -698,8 +618,8 @@ def _copy_operand(x, mode, s):
 
 
 def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=None,
-         replay=False):
-    """Matrix product ``out = alpha * a @ b + beta * out`` through ``cublasGemmEx``.
+         replay=False, options=None):
+    """Matrix product ``out = alpha * a @ b + beta * out`` through cuBLASLt or cuBLAS.
 
     numpy (row-major) semantics.  Transposed views (``a.T``) and any matrix with a unit
     stride in one dimension are passed without a copy; other layouts are copied to a
@@ -729,14 +649,12 @@ def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=Non
     stream : Stream, optional
         The current stream by default.
     replay : bool, default False
-        Make a repeated call cost one graph launch: the second time this exact call (the
-        same arrays -- by address --, shapes, scalars and stream) is made, it is captured
-        into a one-node CUDA graph, and from then on that graph is launched instead of
-        calling cuBLAS, whose own host work is most of a small GEMM's cost.  The result is
-        the same: the graph is the same kernel with the same arguments.  Only when the same
-        non-default Stream object is passed again, outside capture blocks, and when no
-        operand needs a copy; otherwise the call is made as usual.  Up to 32 distinct calls
-        per problem are remembered.
+        Accepted for compatibility and ignored: every repeated call of a problem now costs
+        about one graph launch of host time, whatever its addresses (the library's kernels
+        are recorded on the second call and relaunched, :mod:`cudalibs.runtime.relaunch`),
+        with the result of the library call.
+    options : Options or dict, optional
+        :class:`cudalibs.Options` for this call (``{"gemm_backend": "cublas"}``, ...).
 
     Returns
     -------
@@ -755,11 +673,14 @@ def gemm(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None, stream=Non
     ClosedError
         An array's memory was freed.
     """
-    return _run(a, b, out, alpha, beta, compute, algo, stream, False, replay)
+    if options is not None:
+        with _options.option_context(options):
+            return _run(a, b, out, alpha, beta, compute, algo, stream, False)
+    return _run(a, b, out, alpha, beta, compute, algo, stream, False)
 
 
 def gemm_strided_batched(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=None,
-                         stream=None, replay=False):
+                         stream=None, replay=False, options=None):
     """Batched matrix products ``out[i] = alpha * a[i] @ b[i] + beta * out[i]``.
 
     One ``cublasGemmStridedBatchedEx`` call.  ``a`` is ``(batch, M, K)`` or ``(M, K)``, ``b``
@@ -771,7 +692,7 @@ def gemm_strided_batched(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=
     ----------
     a, b : DeviceArray or CUDA array-like
     out : DeviceArray, shape (batch, M, N), optional
-    alpha, beta, compute, algo, stream, replay
+    alpha, beta, compute, algo, stream, replay, options
         As for :func:`gemm`.
 
     Returns
@@ -784,149 +705,7 @@ def gemm_strided_batched(a, b, out=None, *, alpha=1, beta=0, compute=None, algo=
     ValueError
         As for :func:`gemm`, and batch sizes that do not broadcast.
     """
-    return _run(a, b, out, alpha, beta, compute, algo, stream, True, replay)
-
-
-# -- pointer-array batches -------------------------------------------------------------------
-def gemm_batched(a_list, b_list, out_list=None, *, alpha=1, beta=0, compute=None, algo=None,
-                 stream=None):
-    """Products of lists of matrices, ``out[i] = alpha * a[i] @ b[i] + beta * out[i]``.
-
-    One ``cublasGemmBatchedEx`` call over device arrays of pointers, which are uploaded on
-    ``stream`` for each call (the matrices may live anywhere on the device).  Every ``a[i]``
-    must share one shape and layout, and likewise every ``b[i]`` and ``out[i]``.
-
-    Parameters
-    ----------
-    a_list, b_list : sequence of DeviceArray
-        The same, non-zero length.
-    out_list : sequence of DeviceArray, optional
-        Default: new C-contiguous arrays.
-    alpha, beta, compute, algo, stream
-        As for :func:`gemm` (``algo="tuned"`` is not supported here).
-
-    Returns
-    -------
-    list of DeviceArray
-    """
-    a_list = [operand(x, "a", "gemm_batched") for x in a_list]
-    b_list = [operand(x, "b", "gemm_batched") for x in b_list]
-    if not a_list or len(a_list) != len(b_list):
-        raise ValueError(f"gemm_batched needs equally long, non-empty lists; got {len(a_list)} "
-                         f"and {len(b_list)}")
-    n = len(a_list)
-    if out_list is not None:
-        out_list = [operand(x, "out", "gemm_batched") for x in out_list]
-        if len(out_list) != n:
-            raise ValueError(f"out_list has {len(out_list)} entries; expected {n}")
-    if algo == "tuned":
-        raise ValueError("algo='tuned' is not supported by gemm_batched")
-    a0, b0 = a_list[0], b_list[0]
-    dev = a0._device
-    for what, lst, ref in (("a", a_list, a0), ("b", b_list, b0)) + (
-            (("out", out_list, out_list[0]),) if out_list is not None else ()):
-        for x in lst:
-            if x._device is not dev:
-                raise ValueError(f"every matrix must be on device {dev.ordinal}; a {what} "
-                                 f"matrix is on {x._device.ordinal}")
-            if x._shape != ref._shape or x._strides != ref._strides or x._dtype != ref._dtype:
-                raise ValueError(f"every {what} matrix must have the shape, strides and dtype "
-                                 f"of the first ({ref._shape}, {ref._strides}, {ref._dtype})")
-    if algo is not None and algo != "tuned":
-        _check_algo(algo)
-    p = GemmPlan(a0, b0, None if out_list is None else out_list[0], compute=compute,
-                 algo=algo, batched=False)
-    if p.args.copy_a or p.args.copy_b:
-        if a0.dtype.kind == "i":
-            raise ValueError("an int8 gemm_batched needs row-major a matrices and "
-                             "column-major b matrices (b = w.T of a row-major w)")
-        raise ValueError("gemm_batched needs matrices with a unit stride in one dimension "
-                         "(copy them first)")
-    s = as_stream(stream, dev)
-    alpha_c = scalar(alpha, p.combo.scale, "alpha")
-    beta_c = scalar(beta, p.combo.scale, "beta")
-    if out_list is None:
-        if beta != 0:
-            raise ValueError("beta != 0 accumulates into out_list, so it must be given")
-        out_list = [empty(p.out_shape, p.out_dtype, device=dev, stream=s) for _ in range(n)]
-    else:
-        for o in out_list:
-            for x in a_list + b_list:
-                if spans_overlap(o._ptr, p.c_ext, x._ptr, byte_extent(x._shape, x._strides,
-                                                               x.itemsize)):
-                    raise ValueError("an out matrix overlaps an input")
-    host = np.array([[x._ptr for x in b_list], [x._ptr for x in a_list],
-                     [x._ptr for x in out_list]], dtype=np.uint64)
-    ptrs = empty(host.shape, np.uint64, device=dev, stream=s)
-    ptrs.copy_(host, s)
-    base = ptrs._ptr
-    _drv.get().cuCtxSetCurrent(dev._ctx)
-    h = cublas_handle(dev, s._handle)
-    x = p.args
-    st = _lib.get().cublasGemmBatchedEx(
-        h, x.transa, x.transb, x.m, x.n, x.k, ctypes.addressof(alpha_c), base, p.abtype, x.lda,
-        base + 8 * n, p.abtype, x.ldb, ctypes.addressof(beta_c), base + 16 * n, p.ctype, x.ldc,
-        n, p.combo.compute, p.algo_default)
-    if st:
-        raise_for(st, "cublasGemmBatchedEx", repr(p))
-    # The pointer array is freed on the stream after the call has read it.
-    ptrs.close()
-    p.close()
-    return out_list
-
-
-# -- algorithm tuning ------------------------------------------------------------------------
-def tune_gemm(a, b, out=None, *, compute=None, iterations: int = 10, stream=None) -> dict:
-    """Time every GEMM algorithm on this problem and remember the fastest.
-
-    The problem's :class:`GemmPlan` (the one ``gemm(..., algo="tuned")`` finds) is autotuned
-    with the one timer (:func:`cudalibs.driver.plan.time_candidates`: medians of loops on
-    fresh random inputs, L2 flushed), ``iterations`` rounds; algorithms returning an error
-    are skipped.  The choice is kept in the tuning store under the problem (shapes, dtypes,
-    transposes, leading dimensions, pointer alignment), the device architecture and the
-    cuBLAS version.  The caller's ``out`` is not written.  This synchronises the stream, so
-    it cannot run inside a graph capture.
-
-    Parameters
-    ----------
-    a, b, out, compute, stream
-        As for :func:`gemm` (2-D) or :func:`gemm_strided_batched` (3-D).
-    iterations : int, default 10
-
-    Returns
-    -------
-    dict
-        ``{"algo": best, "ms": its time per call, "times": {algo: ms}, "unsupported":
-        [algo, ...]}``.
-    """
-    if iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations}")
-    a, b, out, dev = _operands("tune_gemm", a, b, out)
-    batched = len(a._shape) != 2 or len(b._shape) != 2
-    if out is None:
-        key = (GEMM_KEY, a._shape, a._strides, a._dtype, b._shape, b._strides, b._dtype,
-               None, None, None, compute, "tuned", batched, dev, None)
-    else:
-        key = (GEMM_KEY, a._shape, a._strides, a._dtype, b._shape, b._strides, b._dtype,
-               out._shape, out._strides, out._dtype, compute, "tuned", batched, dev,
-               (alignment(a._ptr), alignment(b._ptr), alignment(out._ptr)))
-    p = cache.get(key)
-    if p is None:
-        p = GemmPlan(a, b, out, compute=compute, algo="tuned", batched=batched)
-        if key[14] is not None:
-            p.align = key[14]
-        p = cache.put(key, p)
-    p.autotune(stream=as_stream(stream, dev), rounds=int(iterations), force=True)
-    return p.tuning
-
-
-def algo_cache() -> dict:
-    """The tuned GEMM plans in the one plan cache: ``{raw key: {"algo", "ms", "times",
-    "unsupported"}}``; read a key's fields by name with ``GEMM_KEY.named(key)``."""
-    return {e.raw_key: e.plan.tuning for e in cache.entries(GEMM_KEY.name) if e.plan.tuned}
-
-
-def clear_algo_cache() -> None:
-    """Drop every cached GEMM plan (tuned or not) from the one plan cache; choices kept in
-    the tuning store stay there."""
-    cache.clear(GEMM_KEY.name)
+    if options is not None:
+        with _options.option_context(options):
+            return _run(a, b, out, alpha, beta, compute, algo, stream, True)
+    return _run(a, b, out, alpha, beta, compute, algo, stream, True)

@@ -1,6 +1,6 @@
 """cuBLAS and cuBLASLt handles per (device, thread), and their workspaces per (device, stream).
 
-Both handle kinds come from :class:`cudalibs.driver._handles.HandleCache`: created on first
+Both handle kinds come from :class:`cudalibs.runtime.handles.HandleCache`: created on first
 use with the device's context current, kept until the interpreter exits (a destroy
 synchronises the device, which must not happen from the garbage collector mid-run).
 
@@ -31,15 +31,15 @@ import ctypes
 import threading
 
 from ..driver import _lib as _drv
-from ..driver._handles import HandleCache, Workspaces
-from ..driver import plan as _plan
 from ..driver.device import Device, as_device
 from ..driver.stream import as_stream
+from ..runtime import cache as _cache
+from ..runtime.handles import HandleCache, Workspaces
 from . import _lib
 from ._base import raise_for
 
-__all__ = ["WORKSPACE_BYTES", "cublas_handle", "lt_handle", "workspace", "prepare",
-           "handle_caches", "release_workspaces"]
+__all__ = ["WORKSPACE_BYTES", "cublas_handle", "thread_handle", "bind", "lt_handle",
+           "workspace", "workspace_buffer", "prepare", "handle_caches", "release_workspaces"]
 
 #: Scratch bytes per (device, stream).  Hopper needs 32 MiB for cuBLAS's fastest kernels
 #: (the cuBLAS documentation recommends 32 MiB on sm_90, 4 MiB elsewhere).
@@ -94,7 +94,7 @@ _lt_handles = HandleCache("cuBLASLt", _create_lt, _destroy_lt)
 
 
 def handle_caches() -> tuple[HandleCache, HandleCache]:
-    """The cuBLAS and cuBLASLt :class:`~cudalibs.driver._handles.HandleCache` objects."""
+    """The cuBLAS and cuBLASLt :class:`~cudalibs.runtime.handles.HandleCache` objects."""
     return _cublas_handles, _lt_handles
 
 
@@ -104,10 +104,10 @@ def workspace(device: Device, stream: int) -> int:
     return _workspaces.get(device, stream, WORKSPACE_BYTES).ptr
 
 
-def _workspace_buffer(device: Device, s):
-    """The workspace buffer of :class:`Stream` ``s`` on ``device`` (allocated on first use).
-    Graphs of cuBLAS calls hold its address; they check it is still the stream's."""
-    return _workspaces.get(device, s._handle, WORKSPACE_BYTES)
+def workspace_buffer(device: Device, stream: int):
+    """The workspace buffer of raw stream handle ``stream`` on ``device`` (allocated on first
+    use)."""
+    return _workspaces.get(device, stream, WORKSPACE_BYTES)
 
 
 #: This thread's cuBLAS handles by Device (``_tls.cublas``), read by the GEMM hot path
@@ -118,15 +118,17 @@ _tls = threading.local()
 _bound: set = set()
 
 
-def thread_handle(device: Device):
-    """This thread's cuBLAS :class:`~cudalibs.driver._handles.Handle` for ``device``."""
+def thread_handle(device: Device, stream: int | None = None):
+    """This thread's cuBLAS :class:`~cudalibs.runtime.handles.Handle` for ``device``
+    (``stream``: the raw stream the call runs on, checked not to be capturing when a handle
+    must be made)."""
     try:
         return _tls.cublas[device]
     except AttributeError:
         _tls.cublas = {}
     except KeyError:
         pass
-    h = _tls.cublas[device] = _cublas_handles.get(device)
+    h = _tls.cublas[device] = _cublas_handles.get(device, stream)
     return h
 
 
@@ -143,13 +145,18 @@ def cublas_handle(device: Device, stream: int):
     cublasHandle_t
         The raw ctypes handle.
     """
-    h = thread_handle(device)
+    try:
+        h = _tls.cublas[device]
+    except (AttributeError, KeyError):
+        h = thread_handle(device, stream)
     if h.stream != stream:
-        _rebind(h, device, stream)
+        bind(h, device, stream)
     return h.raw
 
 
-def _rebind(h, device: Device, stream: int) -> None:
+def bind(h, device: Device, stream: int) -> None:
+    """Bind cuBLAS handle ``h`` to raw stream handle ``stream`` and that stream's workspace
+    (the caller makes ``device``'s context current)."""
     ws = workspace(device, stream)
     _bound.add(h)
     h.bind(stream)
@@ -161,9 +168,10 @@ def _rebind(h, device: Device, stream: int) -> None:
     h.extra["workspace"] = ws
 
 
-def lt_handle(device: Device):
-    """The calling thread's cuBLASLt handle for ``device`` (raw ctypes handle)."""
-    return _lt_handles.get(device).raw
+def lt_handle(device: Device, stream: int | None = None):
+    """The calling thread's cuBLASLt handle for ``device`` (raw ctypes handle); ``stream`` as
+    for :func:`thread_handle`."""
+    return _lt_handles.get(device, stream).raw
 
 
 def prepare(stream=None, device=None) -> None:
@@ -181,8 +189,8 @@ def prepare(stream=None, device=None) -> None:
     """
     s = as_stream(stream)
     dev = s.device if device is None and s.device is not None else as_device(device)
-    _drv.get().cuCtxSetCurrent(dev._ctx)
-    cublas_handle(dev, s._handle)
+    _drv.get().cuCtxSetCurrent(dev.raw_context)
+    cublas_handle(dev, s.raw_handle)
     lt_handle(dev)
 
 
@@ -190,7 +198,7 @@ def release_workspaces(device=None) -> None:
     """Free the cuBLAS/cuBLASLt workspaces (of ``device`` only, if given) and unbind this
     process's cuBLAS handles from their streams, so the next call sets its stream and a new
     workspace again.  Waits for the device first: queued work may still use a workspace.
-    Run by :func:`cudalibs.driver.plan.release_all`."""
+    Run by :func:`cudalibs.runtime.plan.release_all`."""
     dev = None if device is None else as_device(device)
     for h in list(_bound):
         if dev is None or h.device is dev:
@@ -202,4 +210,4 @@ def _release_hook() -> None:
     release_workspaces()
 
 
-_plan.RELEASE_HOOKS.append(_release_hook)
+_cache.RELEASE_HOOKS.append(_release_hook)

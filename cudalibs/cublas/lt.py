@@ -1,6 +1,6 @@
 """cuBLASLt matmul plans: validation, heuristics, autotuning, execution, the one-shot form.
 
-A :class:`Matmul` is a :class:`~cudalibs.driver.plan.Plan` in the style of nvmath-python:
+A :class:`Matmul` is a :class:`~cudalibs.runtime.plan.Plan` in the style of nvmath-python:
 **construct** (validate shapes/dtypes/strides given as example arrays or descriptions; build
 the matrix layouts, the matmul descriptor and the preference of :mod:`.lt_desc`), **plan**
 (the heuristic's top candidates), **autotune** (optional: the one timer, results kept in the
@@ -15,14 +15,16 @@ linear layer (``x @ w.T + bias``).  The epilogue's auxiliary matrix (GELU input,
 column-major N×M with leading dimension ``aux_ld``, i.e. a row-major ``(M, aux_ld)`` array
 whose first N columns are used.
 
-:func:`matmul` finds its plans in the one plan cache (:data:`cudalibs.driver.plan.cache`),
-under keys of kind ``"cublaslt_matmul"``.
+:func:`cudalibs.cublas.matmul` is its one-shot form (:mod:`cudalibs.cublas.matmul`): its plans
+are found through the one front in the one plan cache, under keys of kind
+``"cublaslt_matmul"``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import threading
 from ctypes import c_size_t, c_void_p
@@ -30,28 +32,28 @@ from ctypes import c_size_t, c_void_p
 import numpy as np
 
 from .. import dtypes as _dtypes
-from .._ffi import capture_open
 from ..driver import _lib as _drv
-from ..driver import relaunch as _relaunch
-from ..driver._core import raise_for as _drv_raise
 from ..driver.array import DeviceArray, byte_extent, empty, spans_overlap
 from ..driver.device import as_device
-from ..driver.operand import check_device, operand
-from ..driver.plan import KeyKind, Plan, cache, scratch
 from ..driver.stream import as_stream
+from ..runtime import relaunch as _relaunch
+from ..runtime.operand import check_device, operand
+from ..runtime.plan import Plan, scratch
 from . import _lib
 from ._base import lt_version, raise_for
-from ._common import OP_N, OP_T, alignment, combo, elem_strides, op_ld, scalar, \
-    scalar_is_zero, split_batch
+from ._common import OP_N, alignment, scalar_is_zero
 from .handle import WORKSPACE_BYTES, lt_handle, workspace
-from .lt_desc import EPILOGUES, MatmulDesc, MatmulPreference, MatrixLayout, epilogue, round_up
+from .lt_desc import EPILOGUES, MatmulDesc, MatmulPreference, MatrixLayout
+from .lt_problem import Problem, validate
 
 _WS_BYTES = c_size_t(WORKSPACE_BYTES)
 _WS_MASK = _relaunch.WORKSPACE_ALIGN - 1
+#: The alignment an epilogue vector (bias) is passed at: cuBLASLt refuses some below it (a
+#: bfloat16 bias at a 2-byte offset), so a less aligned one goes through an aligned copy.
+BIAS_ALIGN = 16
 
-__all__ = ["Matmul", "matmul", "plan_cache", "clear_plan_cache", "MATMUL_KEY", "EPILOGUES"]
+__all__ = ["Matmul", "EPILOGUES", "BIAS_ALIGN"]
 
-_FP8 = tuple(t for t in (_dtypes.float8_e4m3fn, _dtypes.float8_e5m2) if t is not None)
 _OP = "Matmul"
 
 
@@ -72,7 +74,7 @@ def _spec(x, what):
             strides = tuple(reversed(strides))
         return shape, strides, dt, None
     arr = operand(x, what, _OP)
-    return arr._shape, arr._strides, arr._dtype, arr
+    return arr.shape, arr.strides, arr.dtype, arr
 
 
 def _close_all(items) -> None:
@@ -81,22 +83,8 @@ def _close_all(items) -> None:
         x.close()
 
 
-def _split3(shape, strides, what):
-    return split_batch(shape, strides, what)
-
-
-class _Problem:
-    """The validated problem of a :class:`Matmul`: everything derived from the arguments
-    before any descriptor exists."""
-
-    __slots__ = ("specs", "out_shape", "od", "compute_type", "scale_np", "epi", "fp8", "batch",
-                 "mnk", "opa", "opb", "ldo", "bso", "bsa", "bsb", "align", "aux_shape",
-                 "aux_dtype", "ld_aux", "alpha", "beta", "fast_accum", "max_candidates",
-                 "workspace", "compute")
-
-
 class Matmul(Plan):
-    """A cuBLASLt matmul plan (a :class:`~cudalibs.driver.plan.Plan`): ``out = epilogue(alpha * a @ b + beta * c [+ bias])``.
+    """A cuBLASLt matmul plan (a :class:`~cudalibs.runtime.plan.Plan`): ``out = epilogue(alpha * a @ b + beta * c [+ bias])``.
 
     Parameters
     ----------
@@ -140,7 +128,7 @@ class Matmul(Plan):
     Construction validates the problem and builds the descriptors; the heuristic is asked
     by :meth:`plan` (called by the first :meth:`execute` if not before), and
     :meth:`autotune` times its candidates with the one timer of
-    :func:`cudalibs.driver.plan.time_candidates`, keeping the choice in the tuning store.
+    :func:`cudalibs.runtime.plan.time_candidates`, keeping the choice in the tuning store.
     Several threads may execute one plan at once: where the epilogue reads a per-call
     pointer from the descriptor (bias, aux, fp8 scales), writing it and enqueueing the
     matmul happen under one lock, so each call runs with its own pointers.
@@ -162,169 +150,19 @@ class Matmul(Plan):
         specs = [_spec(a, "a"), _spec(b, "b"), None if c is None else _spec(c, "c"),
                  None if out is None else _spec(out, "out")]
         examples = [s[3] for s in specs if s is not None and s[3] is not None]
-        dev = examples[0]._device if device is None and examples else as_device(device)
+        dev = examples[0].device if device is None and examples else as_device(device)
         for x, name in zip((s[3] if s else None for s in specs), ("a", "b", "c", "out")):
             if x is not None:
                 check_device(x, dev, name, _OP)
         self._init_plan(dev)
         if min_alignment is None:
-            min_alignment = min([alignment(x._ptr) for x in examples] or [256])
-        p = self._validate(specs, dev, out_dtype, compute, epilogue, alpha, beta, aux_ld,
+            min_alignment = min([alignment(x.address) for x in examples] or [256])
+        p = validate(specs, dev, out_dtype, compute, epilogue, alpha, beta, aux_ld,
                            fast_accum, min_alignment, max_candidates, workspace_bytes)
         self._build(p)
 
-    # -- construction: validation ------------------------------------------------------------
-    @staticmethod
-    def _types(p, ab, bb, so, dev, out_dtype, compute) -> None:
-        """Output, compute and scale types (fp8 or one floating input type)."""
-        epi = p.epi
-        if p.fp8:
-            if ab not in _FP8 or bb not in _FP8:
-                raise ValueError(f"fp8 matmul needs both inputs in fp8, got {ab} and {bb}")
-            if ab == bb == _dtypes.float8_e5m2:
-                raise ValueError("cuBLASLt has no e5m2 x e5m2 matmul; use e4m3 for one input")
-            cc = dev.compute_capability
-            if cc < (8, 9):
-                raise ValueError(f"fp8 matmul needs compute capability >= 8.9 (Ada/Hopper); "
-                                 f"device {dev.ordinal} is {cc[0]}.{cc[1]}")
-            od = np.dtype(_dtypes.bfloat16) if out_dtype is None else _dtypes.lookup(
-                out_dtype).numpy
-            if so is not None:
-                od = so[2]
-            if od not in (_dtypes.bfloat16, np.dtype(np.float16), np.dtype(np.float32)):
-                raise ValueError(f"fp8 matmul writes bfloat16, float16 or float32, not {od}")
-            if compute not in (None, "f32"):
-                raise ValueError("fp8 matmul computes in fp32 (compute=None)")
-            if epi.bias is not None and od == np.float32:
-                raise ValueError("an fp8 matmul with a bias needs a bfloat16 or float16 output")
-            p.od, p.compute_type, p.scale_np = (od, _dtypes.COMPUTE["COMPUTE_32F"],
-                                                np.dtype(np.float32))
-            return
-        if ab != bb:
-            raise ValueError(f"a is {ab} but b is {bb}; cuBLASLt needs one input type "
-                             "(or two fp8 types)")
-        if ab.kind not in "f" and ab != _dtypes.bfloat16:
-            raise ValueError(f"cudalibs' cuBLASLt plans take float64, float32, float16, "
-                             f"bfloat16 or fp8 inputs, not {ab}; use cublas.gemm")
-        want = so[2] if so is not None else (None if out_dtype is None
-                                             else _dtypes.lookup(out_dtype).numpy)
-        row = combo(ab, want, compute)
-        p.od, p.compute_type, p.scale_np = row.c, row.compute, row.scale
-
-    @staticmethod
-    def _out_ld(p, spec, what):
-        """(leading dimension, batch stride) in elements of ``out``/``c``, checked."""
-        M, N, _ = p.mnk
-        bo, bso, oshape, ostr = _split3(spec[0], spec[1], what)
-        if spec[0] != p.out_shape:
-            raise ValueError(f"{what} has shape {spec[0]}; the product is {p.out_shape}")
-        if spec[2] != p.od:
-            raise ValueError(f"{what} is {spec[2]}; this matmul writes {p.od}")
-        io = p.od.itemsize
-        eo = elem_strides(ostr, io)
-        if eo is None or not (N == 1 or eo[1] == 1):
-            raise ValueError(f"{what} must have unit stride in its last dimension")
-        ld = eo[0] if M > 1 else N
-        if ld < N:
-            raise ValueError(f"{what}'s row stride is shorter than a row")
-        if p.batch > 1 and (bso <= 0 or bso % io):
-            raise ValueError(f"{what} needs a positive batch stride")
-        return ld, (bso // io if p.batch > 1 else 0)
-
-    def _validate(self, specs, dev, out_dtype, compute, epilogue_name, alpha, beta, aux_ld,
-                  fast_accum, min_alignment, max_candidates, workspace_bytes) -> _Problem:
-        sa, sb, sc, so = specs
-        p = _Problem()
-        p.specs = ((sa[0], sa[1], sa[2]), (sb[0], sb[1], sb[2]))
-        ab, bb = sa[2], sb[2]
-        p.fp8 = ab in _FP8 or bb in _FP8
-        p.epi = epilogue(epilogue_name)
-        p.compute = compute
-        self._types(p, ab, bb, so, dev, out_dtype, compute)
-        # Shapes and batching.
-        ba, p.bsa, ashape, astr = _split3(sa[0], sa[1], "a")
-        bbt, p.bsb, bshape, bstr = _split3(sb[0], sb[1], "b")
-        if ba != bbt and 1 not in (ba, bbt):
-            raise ValueError(f"batch sizes {ba} and {bbt} do not broadcast")
-        p.batch = max(ba, bbt)
-        (M, K), (K2, N) = ashape, bshape
-        if K != K2:
-            raise ValueError(f"inner dimensions differ: a is {sa[0]}, b is {sb[0]}")
-        if min(M, N, K) < 1:
-            raise ValueError(f"cuBLASLt needs non-empty matrices, got M={M}, N={N}, K={K}")
-        p.mnk = (M, N, K)
-        p.out_shape = (M, N) if len(sa[0]) == 2 and len(sb[0]) == 2 else (p.batch, M, N)
-        ea = elem_strides(astr, ab.itemsize)
-        eb = elem_strides(bstr, bb.itemsize)
-        # cuBLASLt's A is our b (N×K after op), its B is our a (K×M after op).
-        p.opa = None if ea is None else op_ld(M, K, ea[0], ea[1], prefer_t=False)
-        p.opb = None if eb is None else op_ld(K, N, eb[0], eb[1], prefer_t=p.fp8)
-        if p.opa is None or p.opb is None:
-            raise ValueError("each matrix needs a unit stride in one dimension and a leading "
-                             "dimension at least as long as that dimension; call .copy() "
-                             f"first (a strides {sa[1]}, b strides {sb[1]})")
-        if p.fp8:
-            if p.opb[0] != OP_T or p.opa[0] != OP_N:
-                raise ValueError("fp8 matmul needs a row-major a (unit stride in its last "
-                                 "dimension) and a column-major b (b = w.T of a row-major "
-                                 "(N, K) w): cuBLASLt's fp8 kernels take only the 'TN' layout")
-            if K % 16 or p.opa[1] % 16 or p.opb[1] % 16:
-                raise ValueError(f"fp8 matmul needs K and the leading dimensions to be "
-                                 f"multiples of 16 (K={K}, lda={p.opb[1]}, ldb={p.opa[1]})")
-        # C and D share one layout: the output's (cudalibs does not convert between them).
-        if so is not None:
-            p.ldo, p.bso = self._out_ld(p, so, "out")
-            if sc is not None and self._out_ld(p, sc, "c") != (p.ldo, p.bso):
-                raise ValueError("c must have the strides of out")
-        else:
-            p.ldo, p.bso = N, (M * N if p.batch > 1 else 0)
-            if sc is not None and self._out_ld(p, sc, "c") != (p.ldo, p.bso):
-                raise ValueError("c must be C-contiguous when out is not described (or "
-                                 "describe out with c's strides)")
-        for name, s, item in (("a", p.bsa, ab.itemsize), ("b", p.bsb, bb.itemsize)):
-            if s % item or s < 0:
-                raise ValueError(f"{name}'s batch stride must be a non-negative multiple of "
-                                 "its item size")
-        p.alpha = scalar(alpha, p.scale_np, "alpha")
-        p.beta = scalar(beta, p.scale_np, "beta")
-        if beta != 0 and sc is None and so is None:
-            raise ValueError("beta != 0 needs c (or out) to describe the addend")
-        p.align = int(min_alignment)
-        if p.align < 1 or p.align & (p.align - 1):
-            raise ValueError(f"min_alignment must be a power of two, not {p.align}")
-        self._validate_aux(p, aux_ld)
-        p.fast_accum = bool(fast_accum)
-        p.max_candidates = int(max_candidates)
-        if p.max_candidates < 1:
-            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
-        p.workspace = min(int(workspace_bytes), WORKSPACE_BYTES)
-        return p
-
-    @staticmethod
-    def _validate_aux(p, aux_ld) -> None:
-        M, N, _ = p.mnk
-        epi = p.epi
-        p.aux_shape = p.aux_dtype = p.ld_aux = None
-        if not epi.aux:
-            if aux_ld is not None:
-                raise ValueError(f"aux_ld given, but epilogue {epi.name!r} has no aux matrix")
-            return
-        if epi.aux_kind == "gelu":
-            ld_aux = round_up(N, 8) if aux_ld is None else int(aux_ld)
-            if ld_aux < N or ld_aux % 8:
-                raise ValueError(f"aux_ld={ld_aux} must be >= N={N} and a multiple of 8")
-            p.aux_dtype, cols = p.od, ld_aux
-        else:
-            ld_aux = round_up(N, 128) if aux_ld is None else int(aux_ld)
-            if ld_aux < N or ld_aux % 128:
-                raise ValueError(f"aux_ld={ld_aux} (bits) must be >= N={N} and a "
-                                 "multiple of 128")
-            p.aux_dtype, cols = np.dtype(np.uint8), ld_aux // 8
-        p.ld_aux = ld_aux
-        p.aux_shape = (M, cols) if len(p.out_shape) == 2 else (p.batch, M, cols)
-
     # -- construction: descriptors -----------------------------------------------------------
-    def _build(self, p: _Problem) -> None:
+    def _build(self, p: Problem) -> None:
         """Build the layouts, the descriptor and the preference (no GPU work), then own them."""
         M, N, K = p.mnk
         (sa, sb) = p.specs
@@ -368,7 +206,7 @@ class Matmul(Plan):
         except BaseException:
             _close_all(made)
             raise
-        # The recorded kernels of this plan's call shapes (driver.relaunch), closed with it.
+        # The recorded kernels of this plan's call shapes (runtime.relaunch), closed with it.
         self.relaunches = _relaunch.RelaunchSlots()
         made.append(self.relaunches)
         self._own(_close_all, made)
@@ -397,6 +235,11 @@ class Matmul(Plan):
         self._ptr_attrs = epi.bias == "in" or epi.bias == "out" or bool(epi.aux) or p.fp8
         self._ptr_lock = threading.Lock()
         self._set_ptrs: dict = {}
+        self._ptr_names = tuple(
+            n for n, on in (("bias_pointer", bool(epi.bias)),
+                            ("epilogue_aux_pointer", bool(epi.aux)),
+                            ("a_scale_pointer", p.fp8), ("b_scale_pointer", p.fp8)) if on)
+        self._fn = _lib.get_lt().unchecked("cublasLtMatmul")
         self._algos: list = []
         self._algo = None
 
@@ -404,7 +247,7 @@ class Matmul(Plan):
     def _heuristics(self) -> list[dict]:
         dev = self._device
         k = self._p.max_candidates
-        _drv.get().cuCtxSetCurrent(dev._ctx)
+        _drv.get().cuCtxSetCurrent(dev.raw_context)
         h = lt_handle(dev)
         results = (_lib.cublasLtMatmulHeuristicResult_t * k)()
         count = ctypes.c_int()
@@ -437,6 +280,8 @@ class Matmul(Plan):
 
     def _select(self, i: int) -> None:
         self._algo = self._algos[i]
+        # The call-shape keys of calls without per-call pointers, by whether c is out.
+        self._keys = ((i, False), (i, True))
 
     def _problem(self) -> str:
         try:
@@ -496,7 +341,7 @@ class Matmul(Plan):
     def autotune(self, iterations: int | None = None, *, stream=None, rounds: int = 5,
                  store: bool = True, force: bool = False) -> list[dict]:
         """Time the candidates and run the fastest from now on (see
-        :meth:`cudalibs.driver.plan.Plan.autotune`); ``iterations`` is an older name of
+        :meth:`cudalibs.runtime.plan.Plan.autotune`); ``iterations`` is an older name of
         ``rounds``."""
         return Plan.autotune(self, stream=stream, rounds=iterations or rounds, store=store,
                              force=force)
@@ -531,19 +376,6 @@ class Matmul(Plan):
     def free(self) -> None:
         """Same as :meth:`close`."""
         self.close()
-
-    def prepared_call(self):
-        """``(cublasLtMatmul, desc, layout A, layout B, layout C/D, algo)``: the raw
-        arguments of this plan's call for a caller that makes it itself (the GEMM route of
-        :func:`cudalibs.cublas.gemm`).  Only for plans whose descriptor carries no per-call
-        pointer; the plan must stay open while they are used."""
-        self._live()
-        if self._ptr_attrs:
-            raise ValueError("prepared_call: this plan's descriptor takes per-call pointers")
-        self.plan()
-        la, lb, lc = self._layouts
-        return (_lib.get_lt().unchecked("cublasLtMatmul"), self._desc.raw, la.raw, lb.raw,
-                lc.raw, self._algo)
 
     # -- execution --------------------------------------------------------------------------
     def execute(self, a, b, c=None, *, out=None, bias=None, aux=None, a_scale=None,
@@ -585,18 +417,18 @@ class Matmul(Plan):
         if self._algo is None:
             self.plan()
         dev = self._device
-        a = operand(a, "a", _OP)
-        b = operand(b, "b", _OP)
+        a = operand(a, "a", _OP, stream=stream)
+        b = operand(b, "b", _OP, stream=stream)
         s = as_stream(stream, dev)
         if out is None:
             if not self._default_out:
                 raise ValueError("this plan was made for a strided out; pass out=")
             out = empty(self._out_shape, self._out_dtype, device=dev, stream=s)
         else:
-            out = operand(out, "out", _OP)
+            out = operand(out, "out", _OP, stream=stream)
             self._check_out(out, "out")
         if c is not None:
-            c = operand(c, "c", _OP)
+            c = operand(c, "c", _OP, stream=stream)
             self._check_out(c, "c")
         return self._launch(self._algo, a, b, c, out, s, bias=bias, aux=aux, a_scale=a_scale,
                             b_scale=b_scale)
@@ -609,43 +441,56 @@ class Matmul(Plan):
         dev = self._device
         spec_a, spec_b = self._specs
         align = self._align - 1
-        if (a._shape, a._strides, a._dtype) != spec_a or a._device is not dev or \
-                a._ptr & align:
+        if (a.shape, a.strides, a.dtype) != spec_a or a.device is not dev or \
+                a.address & align:
             self._check_operand(a, spec_a, "a")
-        if (b._shape, b._strides, b._dtype) != spec_b or b._device is not dev or \
-                b._ptr & align:
+        if (b.shape, b.strides, b.dtype) != spec_b or b.device is not dev or \
+                b.address & align:
             self._check_operand(b, spec_b, "b")
-        a_ptr, b_ptr = a._ptr, b._ptr
+        a_ptr, b_ptr = a.address, b.address
         d_ptr = self._ptr(out, "out")
         c_ptr = d_ptr if c is None else self._ptr(c, "c")
         ea, eb, ed = self._exts
         if spans_overlap(d_ptr, ed, a_ptr, ea) or spans_overlap(d_ptr, ed, b_ptr, eb):
             raise ValueError("Matmul: out overlaps an input: cuBLASLt reads the inputs while "
                              "writing out, so they must not share the same memory")
-        ptrs, aux_out = self._call_pointers(bias, aux, a_scale, b_scale, s)
-        _drv.get().cuCtxSetCurrent(dev._ctx)
-        ws = workspace(dev, s._handle)
-        if algo is self._algo and not ws & _WS_MASK and not capture_open():
+        ptrs, aux_out, after = self._call_pointers(bias, aux, a_scale, b_scale, s)
+        st = self._run(algo, a_ptr, b_ptr, c_ptr, d_ptr, s, ptrs)
+        if st:
+            raise_for(st, "cublasLtMatmul", repr(self))
+        if after is not None:
+            after()
+        return out if aux_out is None else (out, aux_out)
+
+    def _run(self, algo, a_ptr, b_ptr, c_ptr, d_ptr, s, ptrs=(), alpha_p=None,
+             beta_p=None) -> int:
+        """Enqueue the matmul on checked pointers (``ptrs``: the descriptor's per-call
+        pointers as ``(attribute, address)`` pairs; ``alpha_p``/``beta_p``: host scalars
+        other than the plan's); the status.  The hot path of :meth:`execute` and of
+        :func:`cudalibs.cublas.gemm`'s cuBLASLt route."""
+        dev = self._device
+        _drv.get().cuCtxSetCurrent(dev.raw_context)
+        ws = workspace(dev, s.raw_handle)
+        in_place = c_ptr == d_ptr
+        if algo is self._algo and alpha_p is None and not ws & _WS_MASK:
             # The call shape: the algorithm, whether c is out, which pointers are given.
-            key = (self._choice, c is None, tuple(n for n, v in ptrs if v)) if ptrs else \
-                (self._choice, c is None)
-            rl = self.relaunches.get(key)
-            if rl is None and self.relaunches.due(key):
-                rl = self._record(key, algo, ptrs, a_ptr, b_ptr, c_ptr, d_ptr, ws, c is None)
-            if rl is not None:
-                addrs = (d_ptr, b_ptr, a_ptr, ws) if c is None else \
+            if ptrs:
+                key = (self._choice, in_place, tuple(n for n, v in ptrs if v))
+                addrs = (d_ptr, b_ptr, a_ptr, ws) if in_place else \
                     (d_ptr, c_ptr, b_ptr, a_ptr, ws)
-                if ptrs:
-                    addrs += tuple(v for _, v in ptrs if v)
-                st = rl.launch(addrs, s._h)
-                if st:
-                    _drv_raise(st, "cuGraphLaunch", repr(self))
-                return out if aux_out is None else (out, aux_out)
+                addrs += tuple(v for _, v in ptrs if v)
+            else:
+                key = self._keys[in_place]
+                addrs = (d_ptr, b_ptr, a_ptr, ws) if in_place else \
+                    (d_ptr, c_ptr, b_ptr, a_ptr, ws)
+            if self.relaunches.launch(key, addrs, s, self, dev):
+                return 0
         la, lb, lc = self._layouts
-        fn = _lib.get_lt().unchecked("cublasLtMatmul")
-        args = (lt_handle(dev), self._desc._raw, self._alpha_p, c_void_p(b_ptr), la._raw,
-                c_void_p(a_ptr), lb._raw, self._beta_p, c_void_p(c_ptr), lc._raw,
-                c_void_p(d_ptr), lc._raw, ctypes.byref(algo), c_void_p(ws), _WS_BYTES, s._h)
+        args = (lt_handle(dev, s.raw_handle), self._desc._raw,
+                self._alpha_p if alpha_p is None else alpha_p,
+                c_void_p(b_ptr), la._raw, c_void_p(a_ptr), lb._raw,
+                self._beta_p if beta_p is None else beta_p, c_void_p(c_ptr), lc._raw,
+                c_void_p(d_ptr), lc._raw, ctypes.byref(algo), c_void_p(ws), _WS_BYTES, s.raw)
         if ptrs:
             # The descriptor is shared by every thread executing this plan: its pointers and
             # the enqueue that reads them form one step.
@@ -655,22 +500,20 @@ class Matmul(Plan):
                     if last.get(name) != value:
                         self._desc.set(name, value)
                         last[name] = value
-                st = fn(*args)
-        else:
-            st = fn(*args)
-        if st:
-            raise_for(st, "cublasLtMatmul", repr(self))
-        if aux_out is not None:
-            return out, aux_out
-        return out
+                return self._fn(*args)
+        return self._fn(*args)
 
-    def _record(self, key, algo, ptrs, a_ptr, b_ptr, c_ptr, d_ptr, ws, in_place):
-        """Record call shape ``key`` for relaunching; the relaunch, or None."""
-        dev = self._device
-        live = [n for n, v in ptrs if v]
-        nulls = [n for n, v in ptrs if not v]
+    def recording(self, key):
+        """How to record call shape ``key`` for relaunching (the owner side of
+        :meth:`cudalibs.runtime.relaunch.RelaunchSlots.launch`)."""
+        choice, in_place = key[0], key[1]
+        live = key[2] if len(key) > 2 else ()
+        if choice != self._choice:
+            return None
+        algo = self._algo
+        nulls = [n for n in self._ptr_names if n not in live]
         la, lb, lc = self._layouts
-        fn = _lib.get_lt().unchecked("cublasLtMatmul")
+        dev = self._device
 
         def enqueue(cs, addrs):
             if in_place:
@@ -678,45 +521,58 @@ class Matmul(Plan):
                 cp = d
             else:
                 d, cp, bp, ap, w, *vals = addrs
-            for name, v in zip(live, vals):
-                self._desc.set(name, v)
-            for name in nulls:
-                self._desc.set(name, 0)
-            st = fn(lt_handle(dev), self._desc._raw, self._alpha_p, c_void_p(bp), la._raw,
-                    c_void_p(ap), lb._raw, self._beta_p, c_void_p(cp), lc._raw, c_void_p(d),
-                    lc._raw, ctypes.byref(algo), c_void_p(w), _WS_BYTES, cs._h)
+            try:
+                for name, v in zip(live, vals):
+                    self._desc.set(name, v)
+                for name in nulls:
+                    self._desc.set(name, 0)
+                st = self._fn(lt_handle(dev), self._desc._raw, self._alpha_p, c_void_p(bp),
+                              la._raw, c_void_p(ap), lb._raw, self._beta_p, c_void_p(cp),
+                              lc._raw, c_void_p(d), lc._raw, ctypes.byref(algo), c_void_p(w),
+                              _WS_BYTES, cs.raw)
+            finally:
+                # The descriptor now holds probe addresses: the next call writes its own.
+                self._set_ptrs.clear()
             if st:
                 raise_for(st, "cublasLtMatmul", repr(self))
 
-        bases = (d_ptr, b_ptr, a_ptr, ws) if in_place else (d_ptr, c_ptr, b_ptr, a_ptr, ws)
-        bases += tuple(v for _, v in ptrs if v)
-        iws = 3 if in_place else 4
-        aligns = tuple(_relaunch.WORKSPACE_ALIGN if i == iws else self._align
-                       for i in range(len(bases)))
-        # The descriptor is shared: recording writes probe addresses into it, under the lock
-        # every pointer-writing call takes, and the next library call writes its own again.
-        with self._ptr_lock:
-            try:
-                return self.relaunches.record(key, dev, enqueue, bases, aligns,
-                                              name=f"cublasLtMatmul {self._problem()}")
-            finally:
-                self._set_ptrs.clear()
+        n = 4 if in_place else 5
+        aligns = tuple(_relaunch.WORKSPACE_ALIGN if i == n - 1 else self._align
+                       for i in range(n + len(live)))
+        return _relaunch.Recording(enqueue, aligns, f"cublasLtMatmul {self._problem()}",
+                                   prepare=lambda cs: lt_handle(dev),
+                                   lock=self._ptr_lock if self._ptr_attrs else None)
+
+    def relaunch_slots(self) -> list:
+        return [self.relaunches]
 
     def _call_pointers(self, bias, aux, a_scale, b_scale, s):
-        """``([(descriptor attribute, pointer), ...], aux array to return or None)``."""
+        """``([(descriptor attribute, pointer), ...], aux array to return or None, a
+        callable to run after the call or None)``."""
         epi = self._epi
         ptrs = []
+        after = None
         if epi.bias:
             if bias is None:
                 raise ValueError(f"epilogue {epi.name!r} needs bias (shape ({self._bias_len},), "
                                  f"{self._bias_dtype})")
-            bias = operand(bias, "bias", _OP)
-            if bias._shape != (self._bias_len,) or bias._dtype != self._bias_dtype or (
-                    self._bias_len > 1 and bias._strides[0] != bias._dtype.itemsize):
+            bias = operand(bias, "bias", _OP, stream=s)
+            check_device(bias, self._device, "bias", _OP)
+            if bias.shape != (self._bias_len,) or bias.dtype != self._bias_dtype or (
+                    self._bias_len > 1 and bias.strides[0] != bias.dtype.itemsize):
                 raise ValueError(f"bias must be a contiguous ({self._bias_len},) "
                                  f"{self._bias_dtype} array (one entry per output column), "
-                                 f"not {bias._shape} {bias._dtype}")
-            ptrs.append(("bias_pointer", self._ptr(bias, "bias")))
+                                 f"not {bias.shape} {bias.dtype}")
+            if bias.address & (BIAS_ALIGN - 1):
+                # cuBLASLt refuses some epilogue vectors below its alignment (a bfloat16 bias
+                # at 2 bytes): the call reads, or the *_bgrad epilogues write, an aligned copy.
+                staged = empty(bias.shape, bias.dtype, device=self._device, stream=s)
+                if epi.bias == "out":
+                    after = functools.partial(bias.copy_, staged, s)
+                else:
+                    staged.copy_(bias, s)
+                bias = staged
+            ptrs.append(("bias_pointer", bias.address))
         elif bias is not None:
             raise ValueError(f"epilogue {epi.name!r} takes no bias; use 'bias', 'relu_bias' or "
                              "'gelu_bias'")
@@ -728,11 +584,11 @@ class Matmul(Plan):
                                      f"{'GELU input' if epi.aux_kind == 'gelu' else 'ReLU mask'})")
                 aux = empty(self._aux_shape, self._aux_dtype, device=self._device, stream=s)
             else:
-                aux = operand(aux, "aux", _OP)
-            if aux._shape != self._aux_shape or aux._dtype != self._aux_dtype or \
+                aux = operand(aux, "aux", _OP, stream=s)
+            if aux.shape != self._aux_shape or aux.dtype != self._aux_dtype or \
                     not aux.is_c_contiguous:
                 raise ValueError(f"aux must be a C-contiguous {self._aux_shape} "
-                                 f"{self._aux_dtype} array, not {aux._shape} {aux._dtype}")
+                                 f"{self._aux_dtype} array, not {aux.shape} {aux.dtype}")
             ptrs.append(("epilogue_aux_pointer", self._ptr(aux, "aux")))
             if epi.aux == "out":
                 aux_out = aux
@@ -740,22 +596,22 @@ class Matmul(Plan):
             raise ValueError(f"epilogue {epi.name!r} has no aux matrix")
         if self._fp8:
             # cuBLASLt's A is our b: its A scale is b's.
-            ptrs.append(("a_scale_pointer", self._scale_ptr(b_scale, "b_scale")))
-            ptrs.append(("b_scale_pointer", self._scale_ptr(a_scale, "a_scale")))
+            ptrs.append(("a_scale_pointer", self._scale_ptr(b_scale, "b_scale", s)))
+            ptrs.append(("b_scale_pointer", self._scale_ptr(a_scale, "a_scale", s)))
         elif a_scale is not None or b_scale is not None:
             raise ValueError("a_scale/b_scale apply to fp8 matmuls only")
-        return ptrs, aux_out
+        return ptrs, aux_out, after
 
     def _check_operand(self, x: DeviceArray, spec, what: str) -> None:
         shape, strides, dtype = spec
-        if x._shape != shape or x._strides != strides or x._dtype != dtype:
-            raise ValueError(f"{what} is {x._shape} {x._dtype} with strides {x._strides}; "
+        if x.shape != shape or x.strides != strides or x.dtype != dtype:
+            raise ValueError(f"{what} is {x.shape} {x.dtype} with strides {x.strides}; "
                              f"the plan was made for {shape} {dtype} strides {strides}")
         self._ptr(x, what)
 
     def _ptr(self, x: DeviceArray, what: str) -> int:
         check_device(x, self._device, what, _OP)
-        ptr = x._ptr
+        ptr = x.address
         if ptr & (self._align - 1):
             raise ValueError(f"{what} at 0x{ptr:x} is not aligned to {self._align} bytes, which "
                              "the plan assumed (make the plan from this array, or pass "
@@ -763,22 +619,22 @@ class Matmul(Plan):
         return ptr
 
     def _check_out(self, x: DeviceArray, what: str) -> None:
-        if x._shape != self._out_shape or x._dtype != self._out_dtype:
-            raise ValueError(f"{what} is {x._shape} {x._dtype}; the plan writes "
+        if x.shape != self._out_shape or x.dtype != self._out_dtype:
+            raise ValueError(f"{what} is {x.shape} {x.dtype}; the plan writes "
                              f"{self._out_shape} {self._out_dtype}")
         want = self._out_strides
         M, N, _ = self._mnk
-        bad = (N > 1 and x._strides[-1] != want[-1]) or (M > 1 and x._strides[-2] != want[-2]) \
-            or (self._batch > 1 and x._strides[0] != want[0])
+        bad = (N > 1 and x.strides[-1] != want[-1]) or (M > 1 and x.strides[-2] != want[-2]) \
+            or (self._batch > 1 and x.strides[0] != want[0])
         if bad:
-            raise ValueError(f"{what} has strides {x._strides}; the plan was made for a row "
+            raise ValueError(f"{what} has strides {x.strides}; the plan was made for a row "
                              f"stride of {want[-2] // self._out_dtype.itemsize} elements")
 
-    def _scale_ptr(self, x, what) -> int:
+    def _scale_ptr(self, x, what, s) -> int:
         if x is None:
             return 0
-        x = operand(x, what, _OP)
-        if x._dtype != np.float32 or x.size != 1:
+        x = operand(x, what, _OP, stream=s)
+        if x.dtype != np.float32 or x.size != 1:
             raise ValueError(f"{what} must be a single float32 on the device")
         return self._ptr(x, what)
 
@@ -790,86 +646,3 @@ def _algo_id(algo) -> int:
         ctypes.byref(algo), _lib.CUBLASLT_ALGO_CONFIG_ID, ctypes.byref(value),
         ctypes.sizeof(value), ctypes.byref(written))
     return value.value if st == 0 else -1
-
-
-# -- one-shot convenience through the one plan cache -----------------------------------------
-#: The keys of :func:`matmul`'s plans in :data:`cudalibs.driver.plan.cache`.
-MATMUL_KEY = KeyKind("cublaslt_matmul", (
-    "a_shape", "a_strides", "a_dtype", "b_shape", "b_strides", "b_dtype", "out_layout",
-    "epilogue", "compute", "out_dtype", "device", "a_align", "b_align", "out_align",
-    "bias_align", "aux"))
-
-
-def matmul(a, b, *, bias=None, epilogue=None, out=None, compute=None, out_dtype=None,
-           a_scale=None, b_scale=None, aux=None, stream=None):
-    """``epilogue(a @ b + bias)`` through a cached cuBLASLt :class:`Matmul` plan.
-
-    The plan for this problem (shapes, strides, dtypes, epilogue, compute, pointer
-    alignment, device) is made on the first call and kept in the one plan cache
-    (:data:`cudalibs.driver.plan.cache`), so repeated calls pay only for
-    :meth:`Matmul.execute`.  Calls from several threads may share a plan.
-
-    Parameters
-    ----------
-    a, b : DeviceArray or CUDA array-like
-        ``(M, K)`` / ``(K, N)``, or stacks ``(batch, M, K)`` / ``(batch, K, N)``.
-    bias : DeviceArray, shape (N,), optional
-        One entry per output column, in the output dtype.  Given without ``epilogue``, it
-        means ``epilogue="bias"``.
-    epilogue : str, optional
-        See :data:`EPILOGUES` (``"relu"``, ``"gelu"``, ``"bias_relu"``, ``"bias_gelu"``,
-        ...).
-    out : DeviceArray, optional
-    compute, out_dtype
-        As for :class:`Matmul`.
-    a_scale, b_scale : DeviceArray, optional
-        fp8 per-tensor scales.
-    aux : DeviceArray, optional
-        For the epilogues with an auxiliary matrix.
-    stream : Stream, optional
-
-    Returns
-    -------
-    DeviceArray, or ``(out, aux)`` for the forward ``*_aux`` epilogues.
-    """
-    a = operand(a, "a", "matmul")
-    b = operand(b, "b", "matmul")
-    if epilogue is None and bias is not None:
-        epilogue = "bias"
-    if out is not None:
-        out = operand(out, "out", "matmul")
-    if bias is not None:
-        bias = operand(bias, "bias", "matmul")
-    if aux is not None:
-        aux = operand(aux, "aux", "matmul")
-    key = (MATMUL_KEY, a._shape, a._strides, a._dtype, b._shape, b._strides, b._dtype,
-           None if out is None else (out._shape, out._strides, out._dtype), epilogue, compute,
-           None if out_dtype is None else np.dtype(out_dtype), a._device,
-           alignment(a._ptr), alignment(b._ptr),
-           None if out is None else alignment(out._ptr),
-           None if bias is None else alignment(bias._ptr),
-           None if aux is None else (aux._shape, alignment(aux._ptr)))
-    plan = cache.get(key)
-    if plan is None or plan.closed:
-        aux_ld = None
-        if aux is not None:
-            aux_ld = aux._shape[-1] * (8 if aux._dtype == np.uint8 else 1)
-        align = min(k for k in key[12:16] if k is not None)
-        if aux is not None:
-            align = min(align, key[16][1])
-        plan = Matmul(a, b, out=out, out_dtype=out_dtype, compute=compute, epilogue=epilogue,
-                      aux_ld=aux_ld, min_alignment=align).plan()
-        plan = cache.put(key, plan)
-    return plan.execute(a, b, out=out, bias=bias, aux=aux, a_scale=a_scale, b_scale=b_scale,
-                        stream=stream)
-
-
-def plan_cache() -> dict:
-    """The plans :func:`matmul` holds in the one plan cache, by raw key (a copy; read keys
-    by name through ``cudalibs.driver.plan.cache.entries("cublaslt_matmul")``)."""
-    return {e.raw_key: e.plan for e in cache.entries(MATMUL_KEY.name)}
-
-
-def clear_plan_cache() -> None:
-    """Drop every cached :func:`matmul` plan (each is freed once no caller holds it)."""
-    cache.clear(MATMUL_KEY.name)

@@ -1,41 +1,39 @@
-"""cuDNN: deep-learning primitives (convolution, pooling, activation, normalization).
+"""cuDNN: deep-learning primitives (convolution, attention, normalization, RNNs, pooling,
+activations), as plans on the one front.
 
 ``_lib`` holds the raw prototype table (bound against ``libcudnn.so.9``, which forwards to the
 ``libcudnn_ops`` / ``libcudnn_cnn`` sub-libraries); :mod:`~cudalibs.cudnn._base` turns a
 ``cudnnStatus_t`` into :class:`~cudalibs.errors.CudnnError` carrying
-``cudnnGetLastErrorString``.  The wrappers:
+``cudnnGetLastErrorString``.  Shared by every op family:
 
 - :mod:`~cudalibs.cudnn.handle`: one cuDNN handle per (device, thread), bound to the call's
-  stream when it changes; workspaces per (device, stream) that grow and are reused.
-- :mod:`~cudalibs.cudnn.descriptors`: RAII descriptors cached by their parameters; the layout
-  convention (logical NCHW arrays, layout read from strides).
-- :mod:`~cudalibs.cudnn.conv`: the one-shot convolutions, their plans found in the one plan
-  cache; :mod:`~cudalibs.cudnn.conv_plan`: the user-held plans (``ConvForwardPlan``...:
-  plan, autotune, execute, close), on cuDNN's graph API first
-  (``cudnn.conv.GRAPH_API = False`` forces the legacy API), with
-  :mod:`~cudalibs.cudnn.conv_graph` and :mod:`~cudalibs.cudnn.conv_legacy` behind them;
-  :mod:`~cudalibs.cudnn.fused`: conv + bias (+ residual) + activation.
-- :mod:`~cudalibs.cudnn.graph`: the graph (backend) API: backend descriptors, operation
-  graphs, engine heuristics, execution plans and variant packs.
-- :mod:`~cudalibs.cudnn.norm`, :mod:`~cudalibs.cudnn.pooling`,
-  :mod:`~cudalibs.cudnn.activation`: batch-norm, pooling, activations, softmax, add_tensor.
-- :mod:`~cudalibs.cudnn.attention` (lowered by :mod:`~cudalibs.cudnn.attention_graph`):
-  scaled dot-product attention forward and backward (``sdpa``, ``SdpaPlan``...) on the graph
-  API; :mod:`~cudalibs.cudnn.norms`: layer norm and RMS norm forward and backward on
-  the backend norm operations; :mod:`~cudalibs.cudnn.rnn`: recurrent layers (LSTM, GRU,
-  tanh/ReLU cells) on the v8 RNN API.
+  stream when it changes; workspaces per (device, stream) that grow and are reused;
+- :mod:`~cudalibs.cudnn.descriptors`: RAII legacy descriptors cached by their parameters; the
+  layout convention (logical NCHW arrays, layout read from strides);
+- :mod:`~cudalibs.cudnn.backend`: the graph (backend) API -- descriptors, operation graphs,
+  the engine search every graph-API plan uses, execution plans (relaunched once recorded).
+
+One package per op family, each with its plans and one-shot functions:
+
+- :mod:`~cudalibs.cudnn.conv`: convolutions (forward, backward data and filter, bias
+  gradient) and the fused convolution + bias + activation;
+- :mod:`~cudalibs.cudnn.attention`: scaled dot-product attention forward and backward;
+- :mod:`~cudalibs.cudnn.norm`: batch norm, layer norm and RMS norm;
+- :mod:`~cudalibs.cudnn.rnn`: recurrent layers (LSTM, GRU, tanh/ReLU cells);
+- :mod:`~cudalibs.cudnn.pooling`, :mod:`~cudalibs.cudnn.activation`: pooling, activations,
+  softmax, add_tensor.
 
 Every function takes DeviceArrays (or any CUDA array), ``stream=None`` meaning the thread's
 current stream, and allocates outputs stream-ordered unless ``out=`` is given.  Importing this
 package loads nothing.
 """
 
-from . import attention, graph
-from .attention import (SDPA_BACKWARD_KEY, SDPA_KEY, SdpaBackwardPlan, SdpaPlan, sdpa,
-                        sdpa_backward)
+from . import attention, backend
 from ._base import check_versions, last_error_string, version, version_tuple
 from .activation import (activation, activation_backward, activation_forward, add_tensor,
                          softmax, softmax_backward, softmax_forward)
+from .attention import (SDPA_BACKWARD_KEY, SDPA_KEY, SdpaBackwardPlan, SdpaPlan, sdpa,
+                        sdpa_backward)
 from .conv import (BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, ConvBackwardDataPlan,
                    ConvBackwardFilterPlan, ConvBiasActPlan, ConvForwardPlan, ConvPlan,
                    NoAlgorithmError, algo_cache, clear_algo_cache, conv_backward_bias,
@@ -47,18 +45,16 @@ from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, FilterDes
                           descriptor_cache_size, filter_descriptor, pooling_descriptor,
                           tensor_descriptor)
 from .handle import release_workspaces, set_workspace_limit, workspace_bytes, workspace_limit
-from .norms import (NORM_BACKWARD_KEY, NORM_FORWARD_KEY, NoNormEngineError,
-                         NormBackwardPlan, NormForwardPlan, clear_norm_cache, layer_norm,
-                         layer_norm_backward, norm_cache, rms_norm, rms_norm_backward)
-from .norm import (BatchNormPlan, BatchNormState, batch_norm_backward, batch_norm_infer,
-                   batch_norm_paths, batch_norm_train)
+from .norm import (NORM_BACKWARD_KEY, NORM_FORWARD_KEY, BatchNormPlan, BatchNormState,
+                   NoNormEngineError, NormBackwardPlan, NormForwardPlan, batch_norm_backward,
+                   batch_norm_infer, batch_norm_paths, batch_norm_train, clear_norm_cache,
+                   layer_norm, layer_norm_backward, norm_cache, rms_norm, rms_norm_backward)
 from .pooling import pooling_backward, pooling_forward, pooling_output_shape
 from .rnn import (RNN, RNN_ALGOS, RNN_DATA_KEY, DropoutDescriptor, RNNDataDescriptor,
-                  RNNDescriptor, RNNState)
-from .rnn_weights import RNNSpec, RNNWeights, rnn_spec
+                  RNNDescriptor, RNNSpec, RNNState, RNNWeights, rnn_spec)
 
 __all__ = [
-    "version", "version_tuple", "last_error_string", "check_versions", "graph",
+    "version", "version_tuple", "last_error_string", "check_versions", "backend",
     "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
     "conv_bias_act", "conv_output_shape", "ConvPlan", "ConvForwardPlan",
     "ConvBackwardDataPlan", "ConvBackwardFilterPlan", "ConvBiasActPlan", "NoAlgorithmError",

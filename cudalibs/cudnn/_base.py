@@ -13,7 +13,8 @@ from .. import _ffi
 from ..errors import CudnnError
 from . import _lib
 
-__all__ = ["raise_for", "version", "version_tuple", "last_error_string", "check_versions"]
+__all__ = ["raise_for", "version", "version_tuple", "last_error_string", "check_versions",
+           "env"]
 
 # cudnnGetLastErrorString truncates to the buffer it is given; its messages are a few lines.
 _LAST_ERROR_BYTES = 4096
@@ -89,3 +90,16 @@ def check_versions() -> None:
                               f"{L.path or 'libcudnn.so.9'} (version {version()}); "
                               "install one consistent cuDNN")
     _checked_versions = True
+
+
+_env_of: dict = {}
+
+
+def env(dev) -> tuple:
+    """``((major, minor), cuDNN version)`` of a device, looked up once: part of every plan
+    cache key, so a plan chosen for one architecture or library is never reused on
+    another."""
+    e = _env_of.get(dev.ordinal)
+    if e is None:
+        e = _env_of[dev.ordinal] = (tuple(dev.compute_capability), version())
+    return e

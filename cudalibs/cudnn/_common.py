@@ -12,9 +12,9 @@ import numpy as np
 
 from ..driver.array import DeviceArray, arrays_overlap, empty
 from ..driver.memory import alloc_async
-from ..driver.operand import operand
-from ..driver.operand import operands as _operands
 from ..driver.stream import as_stream
+from ..runtime.operand import operand
+from ..runtime.operand import operands as _operands
 from .descriptors import cudnn_dtype, layout_name, layouts_of, packed_strides
 
 # -- scaling factors ---------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def scalar(value, double: bool) -> int:
 # -- arguments -----------------------------------------------------------------------------------
 def resolve(op: str, *named, stream=None):
     """``(array, ..., device, stream)``: each ``(obj, name)`` pair through the one operand path
-    (:func:`~cudalibs.driver.operand.operands`, all on the first one's device; None stays
+    (:func:`~cudalibs.runtime.operand.operands`, all on the first one's device; None stays
     None), and the ``stream=`` argument resolved for that device."""
     *arrs, dev = _operands(op, *named, stream=stream)
     return (*arrs, dev, as_stream(stream, dev))
@@ -60,7 +60,7 @@ def check_in_place(op: str, out, name: str, x) -> None:
     elements it already overwrote."""
     if x is None or out is None or not arrays_overlap(out, x):
         return
-    if out._ptr == x._ptr and out._shape == x._shape and out._strides == x._strides:
+    if out.address == x.address and out.shape == x.shape and out.strides == x.strides:
         return
     raise ValueError(f"{op}: out overlaps {name} without being {name} itself; run in place on "
                      f"the very same array, or give a separate output")
@@ -121,7 +121,7 @@ def out_hint(out) -> bool | None:
 def out_key(out):
     """What of ``out`` goes into a plan's cache key: its strides, which decide the output
     layout when the inputs fit both (:func:`out_hint`, worked out on a cache miss only)."""
-    return out._strides if type(out) is DeviceArray else None
+    return out.strides if type(out) is DeviceArray else None
 
 
 def pick_layout(*fits_and_names, prefer: bool | None = None) -> bool:
@@ -154,8 +154,8 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
     ``strides`` (bytes, the packed strides of that layout), when given, lets an ``out`` that
     matches exactly skip the general checks: the common case of a repeated call.
     """
-    if (strides is not None and type(out) is DeviceArray and out._device is dev
-            and out._shape == shape and out._strides == strides and out._dtype == dtype):
+    if (strides is not None and type(out) is DeviceArray and out.device is dev
+            and out.shape == shape and out.strides == strides and out.dtype == dtype):
         return operand(out, name, op)    # the liveness check only: the rest matched
     shape = tuple(shape)
     if out is None:

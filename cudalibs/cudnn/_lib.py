@@ -657,7 +657,7 @@ TABLE = [
 
 # == graph (backend) API: cudnn_graph.h ===========================================================
 # Descriptors of every kind are one opaque type, created with a cudnnBackendDescriptorType_t,
-# filled with typed attribute arrays, then finalized.  Used by cudalibs.cudnn.graph.
+# filled with typed attribute arrays, then finalized.  Used by cudalibs.cudnn.backend.
 from ctypes import c_int64  # noqa: E402
 
 # typedef void *cudnnBackendDescriptor_t

@@ -14,14 +14,16 @@ or ``"fast"``; ``mode="channel"`` normalizes over C at each (N, spatial) positio
 
 from __future__ import annotations
 
-from ..driver.operand import operand
-from ..driver.plan import KeyKind, cache as _cache
+from ..runtime.operand import operand
+from ..runtime import front as _front
+from ..runtime.cache import KeyKind
 from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
 from ._common import (check_float, check_in_place, is_double, layout_padded, output, padded,
                       resolve, scalar)
-from .descriptors import activation_descriptor, packed_strides, tensor_descriptor
+from .descriptors import (DescriptorSet, activation_descriptor, packed_strides,
+                          tensor_descriptor)
 from .handle import handle_for
 
 __all__ = ["activation_forward", "activation_backward", "softmax_forward", "softmax_backward",
@@ -41,17 +43,16 @@ TENSOR_KEY = KeyKind("cudnn_elementwise_tensor", ("dtype", "shape", "strides"))
 def _tensor(x, name):
     """(descriptor, channels_last) of a padded 4-D/5-D view of ``x``, cached in the one
     plan cache (bounded, clearable)."""
-    key = (TENSOR_KEY, x._dtype, x._shape, x._strides)
-    hit = _cache.get(key)
-    if hit is not None and not hit[0].closed:
-        return hit
+    d = _front.planned((TENSOR_KEY, x.dtype, x.shape, x.strides),
+                       lambda: _build_tensor(x, name), prepare=None)
+    return d.descriptors[0], d.info["cl"]
+
+
+def _build_tensor(x, name) -> DescriptorSet:
     check_float(x, name)
     shape, strides = padded(x, name)
-    fits = layout_padded(shape, strides, x.itemsize, name)
-    cl = fits[0]
-    hit = (tensor_descriptor(x.dtype, shape, packed_strides(shape, cl)), cl)
-    _cache.pop(key)
-    return _cache.put(key, hit)
+    cl = layout_padded(shape, strides, x.itemsize, name)[0]
+    return DescriptorSet((tensor_descriptor(x.dtype, shape, packed_strides(shape, cl)),), cl=cl)
 
 
 def _like(a, name, ref, ref_cl, ref_name):
@@ -94,7 +95,7 @@ def activation_forward(x, mode="relu", *, coef=None, swish_beta=1.0, out=None, a
     DeviceArray
     """
     x = operand(x, "x", "activation_forward", stream=stream)
-    dev = x._device
+    dev = x.device
     s = as_stream(stream, dev)
     xd, cl = _tensor(x, "x")
     ad = _act_desc(mode, coef, swish_beta)
@@ -105,7 +106,7 @@ def activation_forward(x, mode="relu", *, coef=None, swish_beta=1.0, out=None, a
         # cudnnActivationForward refuses CUDNN_ACTIVATION_IDENTITY (it exists for the fused
         # convolution only); alpha * x + beta * y is an add.
         return _scaled_copy(x, y, alpha, beta, s)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnActivationForward(h.raw, ad.raw, scalar(alpha, d), xd.raw, x.ptr,
                                            scalar(beta, d), xd.raw, y.ptr)
@@ -142,7 +143,7 @@ def activation_backward(y, dy, x, mode="relu", *, coef=None, swish_beta=1.0, out
     dx = output(out, x.shape, x.dtype, cl, dev, s)
     if mode == "identity":
         return _scaled_copy(dy, dx, alpha, beta, s)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnActivationBackward(h.raw, ad.raw, scalar(alpha, d), yd.raw, y.ptr,
                                             dyd.raw, dy.ptr, xd.raw, x.ptr, scalar(beta, d),
@@ -181,11 +182,11 @@ def softmax_forward(x, *, algorithm="accurate", mode="channel", out=None, alpha=
     """
     algo, m = _softmax_args(algorithm, mode)
     x = operand(x, "x", "softmax_forward", stream=stream)
-    dev = x._device
+    dev = x.device
     s = as_stream(stream, dev)
     xd, cl = _tensor(x, "x")
     y = output(out, x.shape, x.dtype, cl, dev, s)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnSoftmaxForward(h.raw, algo, m, scalar(alpha, d), xd.raw, x.ptr,
                                         scalar(beta, d), xd.raw, y.ptr)
@@ -211,7 +212,7 @@ def softmax_backward(y, dy, *, algorithm="accurate", mode="channel", out=None, a
     yd, cl = _tensor(y, "y")
     dyd = _like(dy, "dy", y, cl, "y")
     dx = output(out, y.shape, y.dtype, cl, dev, s)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(y.dtype)
     st = _lib.get().cudnnSoftmaxBackward(h.raw, algo, m, scalar(alpha, d), yd.raw, y.ptr,
                                          dyd.raw, dy.ptr, scalar(beta, d), yd.raw, dx.ptr)
@@ -276,7 +277,7 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, stream=None):
                 raise ValueError("a must have c's memory layout (layout mismatch)")
         ad = tensor_descriptor(a.dtype, shape, packed_strides(shape, cl))
     check_in_place("add_tensor", c, "a", a)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(c.dtype)
     st = _lib.get().cudnnAddTensor(h.raw, scalar(alpha, d), ad.raw, a.ptr, scalar(beta, d),
                                    cd.raw, c.ptr)

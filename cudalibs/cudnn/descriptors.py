@@ -32,12 +32,13 @@ import numpy as np
 
 from .. import dtypes as _dtypes
 from .._ffi import OwnedHandle
-from ..driver.plan import KeyKind, cache as _plan_cache
+from ..runtime import front as _front
+from ..runtime.cache import KeyKind, cache as _plan_cache
 from . import _lib
 from ._base import raise_for
 
 __all__ = [
-    "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
+    "DescriptorSet", "Descriptor", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
     "ActivationDescriptor", "tensor_descriptor", "filter_descriptor",
     "convolution_descriptor", "pooling_descriptor", "activation_descriptor",
     "descriptor_cache_size", "clear_descriptor_cache", "layouts_of", "packed_strides",
@@ -149,7 +150,7 @@ def _ints(values):
     return (ctypes.c_int * max(len(values), 1))(*values)
 
 
-class _Descriptor(OwnedHandle):
+class Descriptor(OwnedHandle):
     """Shared lifetime logic: create, set (freeing on failure), finalize, close."""
 
     __slots__ = ("_key",)
@@ -186,7 +187,7 @@ class _Descriptor(OwnedHandle):
         return f"<{type(self).__name__} {self._describe()}{state}>"
 
 
-class TensorDescriptor(_Descriptor):
+class TensorDescriptor(Descriptor):
     """``cudnnTensorDescriptor_t``: element type, dimensions and element strides.
 
     Parameters
@@ -226,7 +227,7 @@ class TensorDescriptor(_Descriptor):
         return f"{dt} shape={shape} strides={strides}"
 
 
-class FilterDescriptor(_Descriptor):
+class FilterDescriptor(Descriptor):
     """``cudnnFilterDescriptor_t``: a packed ``(K, C/groups, *window)`` filter.
 
     Parameters
@@ -261,7 +262,7 @@ class FilterDescriptor(_Descriptor):
         return f"{dt} shape={shape} {'channels-last' if cl else 'channels-first'}"
 
 
-class ConvolutionDescriptor(_Descriptor):
+class ConvolutionDescriptor(Descriptor):
     """``cudnnConvolutionDescriptor_t``: a cross-correlation (what deep learning calls a
     convolution) with its padding, stride, dilation, groups, compute type and math type.
 
@@ -318,7 +319,7 @@ def check_conv_params(padding, stride, dilation, groups) -> None:
         raise ValueError(f"groups must be >= 1, got {groups}")
 
 
-class PoolingDescriptor(_Descriptor):
+class PoolingDescriptor(Descriptor):
     """``cudnnPoolingDescriptor_t``.
 
     Parameters
@@ -367,7 +368,7 @@ class PoolingDescriptor(_Descriptor):
         return f"{mode} window={window} padding={padding} stride={stride}"
 
 
-class ActivationDescriptor(_Descriptor):
+class ActivationDescriptor(Descriptor):
     """``cudnnActivationDescriptor_t``.
 
     Parameters
@@ -410,18 +411,44 @@ class ActivationDescriptor(_Descriptor):
 
 
 # -- the cache ---------------------------------------------------------------------------------
+class DescriptorSet:
+    """The descriptors and facts of one problem of a descriptor-based one-shot (pooling, an
+    element-wise op, the bias gradient), as the one plan cache holds them: usable while every
+    descriptor is open (the descriptors are the shared, cached ones, so closing the set frees
+    nothing).
+
+    Attributes
+    ----------
+    descriptors : tuple
+        The descriptors, in the order the call takes them.
+    info : dict
+        What else the problem fixed (output shape, layout, ...).
+    """
+
+    __slots__ = ("descriptors", "info")
+
+    def __init__(self, descriptors, **info):
+        self.descriptors = tuple(descriptors)
+        self.info = info
+
+    def usable(self) -> bool:
+        return not any(d.closed for d in self.descriptors)
+
+    def close(self) -> None:
+        """Nothing of its own to free."""
+
+    def __repr__(self) -> str:
+        return f"<DescriptorSet {list(self.descriptors)!r} {self.info!r}>"
+
+
+
 #: The key of cached descriptors in the one plan cache (bounded and cleared with the plans).
 DESCRIPTOR_KEY = KeyKind("cudnn_descriptor", ("type", "params"))
 
 
 def _cached(cls, *args):
-    key = (DESCRIPTOR_KEY, cls.__name__, args)
-    d = _plan_cache.get(key)
-    if d is not None and not d.closed:
-        return d
-    if d is not None:
-        _plan_cache.pop(key)
-    return _plan_cache.put(key, cls(*args))
+    return _front.planned((DESCRIPTOR_KEY, cls.__name__, args), lambda: cls(*args),
+                          prepare=None)
 
 
 def tensor_descriptor(dtype, shape, strides) -> TensorDescriptor:

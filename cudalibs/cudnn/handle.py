@@ -2,9 +2,9 @@
 
 ``cudnnCreate`` costs milliseconds and needs a GPU, and a handle must not be used by two threads
 at once, so one is made per (device, thread) on first use by the shared
-:class:`~cudalibs.driver._handles.HandleCache` and bound to a call's stream only when the
+:class:`~cudalibs.runtime.handles.HandleCache` and bound to a call's stream only when the
 stream changes.  Scratch memory comes from the shared
-:class:`~cudalibs.driver._handles.Workspaces`: one buffer per (device, stream) that grows to the
+:class:`~cudalibs.runtime.handles.Workspaces`: one buffer per (device, stream) that grows to the
 largest need and is reused, so a steady stream of convolutions allocates nothing.
 """
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ctypes
 
-from ..driver._handles import Handle, HandleCache, Workspaces
 from ..driver.device import Device
-from ..driver.plan import RELEASE_HOOKS
+from ..runtime.cache import RELEASE_HOOKS
+from ..runtime.handles import Handle, HandleCache, Workspaces
 from . import _lib
 from ._base import check_versions, raise_for
+from .descriptors import clear_descriptor_cache
 
 __all__ = ["handle_for", "workspace", "workspace_bytes", "release_workspaces",
            "DEFAULT_WORKSPACE_LIMIT", "set_workspace_limit", "workspace_limit"]
@@ -73,7 +74,7 @@ def handle_for(device: Device, stream: int) -> Handle:
     The device's context is made current as well: cuDNN launches into the current context.
     """
     device.set_current()
-    h = _handles.get(device)
+    h = _handles.get(device, stream)
     h.bind(stream)
     return h
 
@@ -105,10 +106,8 @@ def release_workspaces(device: Device | None = None) -> None:
 
 
 def _release_all() -> None:
-    """What :func:`cudalibs.driver.plan.release_all` frees of cuDNN: the workspaces and the
+    """What :func:`cudalibs.release_all` frees of cuDNN: the workspaces and the
     descriptor cache (the plans went with the plan cache)."""
-    from .descriptors import clear_descriptor_cache
-
     release_workspaces()
     clear_descriptor_cache()
 

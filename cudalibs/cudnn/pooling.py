@@ -14,14 +14,15 @@ import ctypes
 
 import operator
 
-from ..driver.operand import operand
-from ..driver.plan import KeyKind, cache as _cache
+from ..runtime.operand import operand
+from ..runtime import front as _front
+from ..runtime.cache import KeyKind
 from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
 from ._common import (check_float, hashable, is_double, layout_of, output, pick_layout,
                       resolve, scalar, tuple_arg)
-from .descriptors import packed_strides, pooling_descriptor, tensor_descriptor
+from .descriptors import DescriptorSet, packed_strides, pooling_descriptor, tensor_descriptor
 from .handle import handle_for
 
 __all__ = ["pooling_forward", "pooling_backward", "pooling_output_shape", "POOLING_KEY"]
@@ -81,11 +82,16 @@ def pooling_output_shape(x_shape, window, *, stride=None, padding=0) -> tuple[in
 
 
 def _plan(x, window, stride, padding, mode, propagate_nan):
-    key = (POOLING_KEY, x._dtype, x._shape, x._strides, hashable(window), hashable(stride),
+    """The pooling problem of ``x``: its descriptors, output shape and layout, from the one
+    plan cache (built on a miss)."""
+    key = (POOLING_KEY, x.dtype, x.shape, x.strides, hashable(window), hashable(stride),
            hashable(padding), mode, propagate_nan)
-    plan = _cache.get(key)
-    if plan is not None and not any(d.closed for d in plan[:3]):
-        return plan
+    d = _front.planned(key, lambda: _build(x, window, stride, padding, mode, propagate_nan),
+                       prepare=None)
+    return (*d.descriptors, d.info["y_shape"], d.info["cl"])
+
+
+def _build(x, window, stride, padding, mode, propagate_nan) -> DescriptorSet:
     check_float(x, "x")
     cl = pick_layout((layout_of(x, "x"), "x"))
     nsp = x.ndim - 2
@@ -103,8 +109,7 @@ def _plan(x, window, stride, padding, mode, propagate_nan):
         raise ValueError(f"cuDNN computes a pooling output of {tuple(dims)}, the formula "
                          f"{y_shape}")
     ydesc = tensor_descriptor(x.dtype, y_shape, packed_strides(y_shape, cl))
-    _cache.pop(key)
-    return _cache.put(key, (pdesc, xdesc, ydesc, y_shape, cl))
+    return DescriptorSet((pdesc, xdesc, ydesc), y_shape=y_shape, cl=cl)
 
 
 def pooling_forward(x, window, *, stride=None, padding=0, mode="max", propagate_nan=True,
@@ -133,11 +138,11 @@ def pooling_forward(x, window, *, stride=None, padding=0, mode="max", propagate_
     DeviceArray
     """
     x = operand(x, "x", "pooling_forward", stream=stream)
-    dev = x._device
+    dev = x.device
     s = as_stream(stream, dev)
     pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan)
     y = output(out, y_shape, x.dtype, cl, dev, s)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnPoolingForward(h.raw, pdesc.raw, scalar(alpha, d), xdesc.raw, x.ptr,
                                         scalar(beta, d), ydesc.raw, y.ptr)
@@ -178,7 +183,7 @@ def pooling_backward(y, dy, x, window, *, stride=None, padding=0, mode="max",
         if cl not in layout_of(a, name):
             raise ValueError(f"{name} must have x's memory layout")
     dx = output(out, x.shape, x.dtype, cl, dev, s)
-    h = handle_for(dev, s._handle)
+    h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
     st = _lib.get().cudnnPoolingBackward(h.raw, pdesc.raw, scalar(alpha, d), ydesc.raw, y.ptr,
                                          ydesc.raw, dy.ptr, xdesc.raw, x.ptr, scalar(beta, d),

@@ -3,10 +3,11 @@
 :mod:`cudalibs._ffi`, under every library, so that every :class:`~cudalibs._ffi.Resource`
 shares it."""
 
-from .._ffi import (begin_capture_block as begin, capture_open as is_open, defer,
-                    end_capture_block as end)
+from .._ffi import CAPTURE_OPEN as OPEN
+from .._ffi import begin_capture_block as begin
+from .._ffi import capture_open as is_open
+from .._ffi import defer
+from .._ffi import end_capture_block as end
 
-__all__ = ["begin", "end", "defer", "is_open"]
-
-# The counter cell itself, for the allocator's hot path (one list index, no call).
-from .._ffi import _capture_open as _open  # noqa: E402
+__all__ = ["begin", "end", "defer", "is_open", "OPEN"]
+# OPEN is the counter cell itself, for the allocator's hot path (one list index, no call).

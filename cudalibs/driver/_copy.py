@@ -1,4 +1,5 @@
-"""Copies between strided layouts, planned as the fewest ``cuMemcpy2D`` calls.
+"""Copies between strided layouts, planned as the fewest ``cuMemcpy2D`` calls, and the
+host-to-device and device-to-device copies of :class:`~cudalibs.DeviceArray` built on them.
 
 A copy between two views of the same shape is reduced to: one run of ``width`` contiguous bytes
 (the innermost dimensions both sides store contiguously, merged), repeated ``height`` times
@@ -13,8 +14,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 
+import numpy as np
+
+from .._ffi import refuse_in_capture
 from . import _lib
 from ._core import raise_for
+from .memory import is_pinned
+from .stream import hold_until_done
 
 HOST = _lib.CU_MEMORYTYPE_HOST
 DEVICE = _lib.CU_MEMORYTYPE_DEVICE
@@ -112,3 +118,82 @@ def _copy_1d(L, dst_kind, dst_ptr, src_kind, src_ptr, nbytes, stream_h):
         return
     if st:
         raise_for(st, name, f"{nbytes} bytes")
+
+
+# -- the copies of DeviceArray ---------------------------------------------------------------
+def has_overlap(shape, strides) -> bool:
+    return any(st == 0 and n > 1 for n, st in zip(shape, strides))
+
+
+def check_host(arr, shape, dtype, what, writable=False):
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array, not {type(arr).__name__}")
+    if arr.shape != shape:
+        raise ValueError(f"{what} has shape {arr.shape}; expected {shape}")
+    if arr.dtype != dtype:
+        raise TypeError(f"{what} has dtype {arr.dtype}; expected {dtype}")
+    if writable and not arr.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+
+
+def h2d(dst, dst_ptr: int, host: np.ndarray, s, blocking: bool) -> None:
+    if dst.size == 0:
+        return
+    refuse_in_capture("copying a host array to the device",
+                      "a graph would read the host memory again at every replay; copy into a "
+                      "device buffer before replaying (StepGraph does this for its inputs)")
+    L = _lib.get()
+    L.cuCtxSetCurrent(dst._device._ctx)
+    if (host.flags.c_contiguous and host.dtype.isnative and dst.is_c_contiguous):
+        st = L.cuMemcpyHtoDAsync_v2(dst_ptr, host.ctypes.data, dst.nbytes, s._h)
+        if st:
+            raise_for(st, "cuMemcpyHtoDAsync_v2")
+    else:
+        if has_overlap(dst._shape, dst._strides):
+            raise ValueError("destination has overlapping elements (a zero stride); cannot write")
+        flips = tuple(st < 0 for st in dst._strides)
+        d_strides = tuple(-st if f else st for st, f in zip(dst._strides, flips))
+        dst_ptr += sum((n - 1) * st for n, st, f in zip(dst._shape, dst._strides, flips) if f)
+        if any(flips):
+            host = host[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
+        host = np.ascontiguousarray(host)
+        if not host.dtype.isnative:
+            raise TypeError("host array has non-native byte order")
+        copy(DEVICE, dst_ptr, d_strides, HOST, host.ctypes.data,
+                   host.strides, dst._shape, dst.itemsize, s._h)
+    # Pageable sources are staged by the driver before the call returns; a pinned source is
+    # read asynchronously, so it must live, unchanged, until the copy has run.
+    if is_pinned(host.ctypes.data):
+        if blocking:
+            st = L.cuStreamSynchronize(s._h)
+            if st:
+                raise_for(st, "cuStreamSynchronize")
+        else:
+            hold_until_done(host, s, dst._device)
+
+
+def d2d(dst, dst_ptr: int, src, s) -> None:
+    if dst.size == 0:
+        return
+    src_ptr = src._check()
+    if has_overlap(dst._shape, dst._strides):
+        raise ValueError("destination has overlapping elements (a zero stride); cannot write")
+    same_device = src._device is dst._device
+    simple = (same_device and all(st >= 0 for st in dst._strides)
+              and all(st > 0 or n == 1 for n, st in zip(src._shape, src._strides)))
+    L = _lib.get()
+    L.cuCtxSetCurrent(dst._device._ctx)
+    if simple:
+        copy(DEVICE, dst_ptr, dst._strides, DEVICE, src_ptr, src._strides,
+                   dst._shape, dst.itemsize, s._h)
+        return
+    if not same_device and dst.is_c_contiguous and src.is_c_contiguous:
+        if s._device is None or s._device is dst._device:
+            # Order after the source's current stream, then copy peer to peer.
+            st = L.cuMemcpyPeerAsync(dst_ptr, dst._device._ctx, src_ptr, src._device._ctx,
+                                     dst.nbytes, s._h)
+            if st:
+                raise_for(st, "cuMemcpyPeerAsync")
+            return
+    # Reversed or broadcast source axes, or strided data across devices: stage on the host.
+    dst.copy_(src.get(stream=s if s._device in (None, src._device) else None), s)

@@ -1,13 +1,20 @@
 """DLPack exchange: export a DeviceArray as a capsule, and consume a producer's capsule.
 
 Both the legacy ``"dltensor"`` and the versioned (DLPack >= 1.0) ``"dltensor_versioned"``
-capsules are handled.  The C callbacks (tensor deleter, capsule destructor) are made immortal
-so a consumer that frees its tensor late in interpreter shutdown never calls freed code.
+capsules are handled.  The tensor deleter is made immortal so a consumer that frees its tensor
+late in interpreter shutdown never calls freed code.
+
+Exported capsules have no destructor: a Python one runs inside the consumer's error handling
+when a consumer refuses a capsule (CuPy refuses float8, say) and turns its exception into a
+``SystemError``.  Instead the export table keeps each capsule until it is consumed (the
+consumer renames it ``used_*`` and calls the deleter when done) or abandoned (nothing but the
+table refers to it any more), which the next export finds and releases.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import weakref
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
@@ -88,8 +95,10 @@ NAME_V = b"dltensor_versioned"
 USED = b"used_dltensor"
 USED_V = b"used_dltensor_versioned"
 
-# Exported tensors alive in consumers: struct address -> (struct, shape, strides, owner).
-_exports: dict[int, tuple] = {}
+# Exported tensors: struct address -> [struct, shape, strides, owner, capsule or None].  The
+# capsule is held until it is consumed (then the consumer's deleter call ends the entry) or
+# abandoned unconsumed (then :func:`_sweep` ends it).
+_exports: dict[int, list] = {}
 _exports_lock = threading.Lock()
 _shutting_down = [False]
 
@@ -106,25 +115,35 @@ def _deleter(addr):
         _release(addr)
 
 
-_CAPSULE_DESTRUCTOR = CFUNCTYPE(None, c_void_p)
-
-
-@_CAPSULE_DESTRUCTOR
-def _capsule_destructor(capsule):
-    # An unconsumed capsule still owns its tensor; a consumed one was renamed "used_*".
-    if _shutting_down[0]:
-        return
-    for name in (NAME, NAME_V):
-        if _PyCapsule_IsValid(capsule, name):
-            _release(_PyCapsule_GetPointer(capsule, name) or 0)
-            return
-
-
 # Immortal: never collected, even during interpreter teardown.
 _api.Py_IncRef(py_object(_deleter))
-_api.Py_IncRef(py_object(_capsule_destructor))
 _DELETER_ADDR = ctypes.cast(_deleter, c_void_p).value
-_DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, c_void_p).value
+# References to a capsule when only the table holds it: the entry, the loop variable and the
+# argument of sys.getrefcount.
+_ABANDONED_REFS = 3
+
+
+def _sweep() -> int:
+    """Release the entries whose capsule nobody will consume (dropped unconsumed), and stop
+    holding capsules that were consumed; returns how many entries were released."""
+    dropped = []
+    with _exports_lock:
+        for addr, entry in list(_exports.items()):
+            capsule = entry[4]
+            if capsule is None:
+                continue
+            if _PyCapsule_GetName_obj(capsule) in (USED, USED_V):
+                entry[4] = None         # the consumer owns it; its deleter ends the entry
+            elif sys.getrefcount(capsule) <= _ABANDONED_REFS:
+                dropped.append(_exports.pop(addr))
+            del capsule
+    return len(dropped)
+
+
+def exports_alive() -> int:
+    """How many exported tensors are held for a consumer (after releasing abandoned ones)."""
+    _sweep()
+    return len(_exports)
 
 
 def export(ptr: int, shape, strides_elems, dl_dtype, device_type: int, device_id: int,
@@ -151,13 +170,11 @@ def export(ptr: int, shape, strides_elems, dl_dtype, device_type: int, device_id
         managed.flags = FLAG_READ_ONLY if read_only else 0
     addr = ctypes.addressof(managed)
     managed.manager_ctx = addr
+    _sweep()
+    capsule = _PyCapsule_New(addr, NAME_V if versioned else NAME, None)
     with _exports_lock:
-        _exports[addr] = (managed, shape_arr, strides_arr, owner)
-    try:
-        return _PyCapsule_New(addr, NAME_V if versioned else NAME, _DESTRUCTOR_ADDR)
-    except BaseException:
-        _release(addr)
-        raise
+        _exports[addr] = [managed, shape_arr, strides_arr, owner, capsule]
+    return capsule
 
 
 def _call_deleter(deleter, addr):

@@ -693,12 +693,20 @@ TABLE = [
     #                                            const CUDA_KERNEL_NODE_PARAMS *nodeParams)
     Proto("cuGraphExecKernelNodeSetParams_v2", CUresult,
           [CUgraphExec, CUgraphNode, POINTER(CUDA_KERNEL_NODE_PARAMS_v2)]),
+    # CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+    #                                        const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+    Proto("cuGraphKernelNodeSetParams_v2", CUresult,
+          [CUgraphNode, POINTER(CUDA_KERNEL_NODE_PARAMS_v2)]),
     # CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
     #                                        CUkernelNodeAttrValue *value_out)
     Proto("cuGraphKernelNodeGetAttribute", CUresult,
           [CUgraphNode, c_int, POINTER(CUlaunchAttributeValue)]),
     # CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
     Proto("cuGraphMemsetNodeGetParams", CUresult,
+          [CUgraphNode, POINTER(CUDA_MEMSET_NODE_PARAMS)]),
+    # CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode,
+    #                                     const CUDA_MEMSET_NODE_PARAMS *nodeParams)
+    Proto("cuGraphMemsetNodeSetParams", CUresult,
           [CUgraphNode, POINTER(CUDA_MEMSET_NODE_PARAMS)]),
     # CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
     #     const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)

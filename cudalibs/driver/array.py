@@ -12,7 +12,6 @@ Every library function of cudalibs accepts a DeviceArray or anything exposing
 
 from __future__ import annotations
 
-import ctypes
 import operator
 
 import numpy as np
@@ -22,12 +21,12 @@ from .._ffi import refuse_in_capture
 from ..errors import ClosedError
 from . import _copy, _dlpack, _lib, memory as _memory
 from ._core import raise_for
-from .device import Device, as_device
-from .memory import DeviceBuffer, _check_nbytes, is_pinned
-from .stream import Stream, as_stream, current_stream, hold_until_done, order_before
+from .device import as_device
+from .memory import DeviceBuffer, check_nbytes
+from .stream import as_stream, current_stream, order_before
 
-__all__ = ["DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
-           "full_like", "asarray", "from_dlpack", "coerce"]
+__all__ = ["DeviceArray", "empty", "zeros", "full", "to_device", "byte_extent",
+           "spans_overlap", "arrays_overlap", "dlpack_is_cuda", "c_strides"]
 
 _HOST_MAX_COPY = 1 << 62
 
@@ -45,7 +44,7 @@ def _normalize_shape(shape) -> tuple[int, ...]:
     return dims
 
 
-def _c_strides(shape, itemsize) -> tuple[int, ...]:
+def c_strides(shape, itemsize) -> tuple[int, ...]:
     strides = []
     acc = itemsize
     for n in reversed(shape):
@@ -58,10 +57,23 @@ def _nbytes(shape, itemsize) -> int:
     n = itemsize
     for s in shape:
         n *= s
-    return _check_nbytes(n)
+    return check_nbytes(n)
 
 
-class DeviceArray:
+class _ArrayFields:
+    """The fields of a :class:`DeviceArray`, written once while one is made (a DeviceArray
+    refuses writes to its public fields)."""
+
+    __slots__ = ("_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf", "_owner",
+                 "_contig", "__weakref__")
+
+
+#: The public names of :class:`DeviceArray`'s fields (read at slot speed, never written).
+_PUBLIC_FIELDS = {"address": "_ptr", "shape": "_shape", "strides": "_strides",
+                  "dtype": "_dtype", "device": "_device"}
+
+
+class DeviceArray(_ArrayFields):
     """An n-dimensional array in device memory.
 
     Not constructed directly: use :func:`empty`, :func:`zeros`, :func:`full`,
@@ -75,18 +87,32 @@ class DeviceArray:
         Bytes between consecutive elements of each dimension.
     device : Device
     ptr : int
-        Address of the first element.
+        Address of the first element, checked: raises :class:`~cudalibs.errors.ClosedError`
+        once the memory is freed.
+    address : int
+        The same address, unchecked, for code that took the array through
+        :func:`cudalibs.operand`, which checked it (the libraries' hot paths).
+
+    ``shape``, ``dtype``, ``strides``, ``device`` and ``address`` cost one slot read each and
+    are read-only: a view with another shape is made by :meth:`reshape`, indexing or ``.T``.
     """
 
-    __slots__ = ("_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf", "_owner",
-                 "_contig", "__weakref__")
+    __slots__ = ()
 
     def __init__(self):
         raise TypeError("use cudalibs.empty(), zeros(), to_device(), asarray() or from_dlpack()")
 
+    def __setattr__(self, name, value):
+        if name in _PUBLIC_FIELDS:
+            raise AttributeError(f"DeviceArray.{name} is read-only; make a view with "
+                                 "reshape(), indexing or .T instead")
+        object.__setattr__(self, name, value)
+
     @classmethod
     def _view(cls, ptr, shape, strides, dt, device, buf, owner) -> "DeviceArray":
-        self = object.__new__(cls)
+        # Filled as the bare fields class (plain slot stores, no __setattr__ guard), then
+        # made a DeviceArray: the guard costs nothing here and nothing on reads.
+        self = object.__new__(_ArrayFields)
         self._ptr = ptr
         self._shape = shape
         self._strides = strides
@@ -96,6 +122,7 @@ class DeviceArray:
         self._buf = buf
         self._owner = owner
         self._contig = None
+        self.__class__ = cls
         return self
 
     @classmethod
@@ -109,7 +136,7 @@ class DeviceArray:
         """
         dt = _dtypes.lookup(dtype)
         shape = _normalize_shape(shape)
-        strides = _c_strides(shape, dt.itemsize) if strides is None else tuple(
+        strides = c_strides(shape, dt.itemsize) if strides is None else tuple(
             operator.index(s) for s in strides)
         if len(strides) != len(shape):
             raise ValueError(f"strides {strides} do not match shape {shape}")
@@ -121,18 +148,6 @@ class DeviceArray:
         return cls._view(buffer.ptr + offset, shape, strides, dt, buffer.device, buffer, None)
 
     # -- basic properties -------------------------------------------------------------------
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        return self._strides
-
     @property
     def ndim(self) -> int:
         return len(self._shape)
@@ -151,10 +166,6 @@ class DeviceArray:
     @property
     def nbytes(self) -> int:
         return self.size * self._dtype.itemsize
-
-    @property
-    def device(self) -> Device:
-        return self._device
 
     @property
     def ptr(self) -> int:
@@ -320,7 +331,7 @@ class DeviceArray:
             raise ValueError(f"cannot reshape an array of size {self.size} into shape {shape}")
         if not self.is_c_contiguous:
             raise ValueError("reshape needs C-contiguous data; call .copy() first")
-        return DeviceArray._view(self._ptr, shape, _c_strides(shape, self.itemsize), self._dt,
+        return DeviceArray._view(self._ptr, shape, c_strides(shape, self.itemsize), self._dt,
                                  self._device, self._buf, self._owner)
 
     def ravel(self) -> "DeviceArray":
@@ -375,7 +386,7 @@ class DeviceArray:
         if out is None:
             out = np.empty(self._shape, dtype=self._dtype)
         else:
-            _check_host(out, self._shape, self._dtype, "out", writable=True)
+            _copy.check_host(out, self._shape, self._dtype, "out", writable=True)
         if self.size == 0:
             return out
         L = _lib.get()
@@ -431,10 +442,10 @@ class DeviceArray:
                 except ValueError:
                     raise ValueError(f"cannot copy an array of shape {host.shape} into one of "
                                      f"shape {self._shape}") from None
-            _h2d(self, dst_ptr, host, s, blocking)
+            _copy.h2d(self, dst_ptr, host, s, blocking)
             return self
         else:
-            other = asarray(src)
+            other = IMPORT[0](src, "copy_: src", s)
         if other._dtype != self._dtype:
             raise TypeError(f"copy_ from {other._dtype} into {self._dtype}: dtypes must match")
         if other._shape != self._shape:
@@ -451,7 +462,7 @@ class DeviceArray:
                 if st:
                     raise_for(st, "cuMemcpyDtoDAsync_v2")
             return self
-        _d2d(self, dst_ptr, other, s)
+        _copy.d2d(self, dst_ptr, other, s)
         return self
 
     def copy(self, stream=None) -> "DeviceArray":
@@ -625,97 +636,28 @@ def _positive_view(shape, strides):
     return new_shape, new_strides, flips, bcast
 
 
-def _has_overlap(shape, strides) -> bool:
-    return any(st == 0 and n > 1 for n, st in zip(shape, strides))
-
-
-def _check_host(arr, shape, dtype, what, writable=False):
-    if not isinstance(arr, np.ndarray):
-        raise TypeError(f"{what} must be a numpy array, not {type(arr).__name__}")
-    if arr.shape != shape:
-        raise ValueError(f"{what} has shape {arr.shape}; expected {shape}")
-    if arr.dtype != dtype:
-        raise TypeError(f"{what} has dtype {arr.dtype}; expected {dtype}")
-    if writable and not arr.flags.writeable:
-        raise ValueError(f"{what} is read-only")
-
-
-def _h2d(dst: DeviceArray, dst_ptr: int, host: np.ndarray, s: Stream, blocking: bool) -> None:
-    if dst.size == 0:
-        return
-    refuse_in_capture("copying a host array to the device",
-                      "a graph would read the host memory again at every replay; copy into a "
-                      "device buffer before replaying (StepGraph does this for its inputs)")
-    L = _lib.get()
-    L.cuCtxSetCurrent(dst._device._ctx)
-    if (host.flags.c_contiguous and host.dtype.isnative and dst.is_c_contiguous):
-        st = L.cuMemcpyHtoDAsync_v2(dst_ptr, host.ctypes.data, dst.nbytes, s._h)
-        if st:
-            raise_for(st, "cuMemcpyHtoDAsync_v2")
-    else:
-        if _has_overlap(dst._shape, dst._strides):
-            raise ValueError("destination has overlapping elements (a zero stride); cannot write")
-        flips = tuple(st < 0 for st in dst._strides)
-        d_strides = tuple(-st if f else st for st, f in zip(dst._strides, flips))
-        dst_ptr += sum((n - 1) * st for n, st, f in zip(dst._shape, dst._strides, flips) if f)
-        if any(flips):
-            host = host[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
-        host = np.ascontiguousarray(host)
-        if not host.dtype.isnative:
-            raise TypeError("host array has non-native byte order")
-        _copy.copy(_copy.DEVICE, dst_ptr, d_strides, _copy.HOST, host.ctypes.data,
-                   host.strides, dst._shape, dst.itemsize, s._h)
-    # Pageable sources are staged by the driver before the call returns; a pinned source is
-    # read asynchronously, so it must live, unchanged, until the copy has run.
-    if is_pinned(host.ctypes.data):
-        if blocking:
-            st = L.cuStreamSynchronize(s._h)
-            if st:
-                raise_for(st, "cuStreamSynchronize")
-        else:
-            hold_until_done(host, s, dst._device)
-
-
-def _d2d(dst: DeviceArray, dst_ptr: int, src: DeviceArray, s: Stream) -> None:
-    if dst.size == 0:
-        return
-    src_ptr = src._check()
-    if _has_overlap(dst._shape, dst._strides):
-        raise ValueError("destination has overlapping elements (a zero stride); cannot write")
-    same_device = src._device is dst._device
-    simple = (same_device and all(st >= 0 for st in dst._strides)
-              and all(st > 0 or n == 1 for n, st in zip(src._shape, src._strides)))
-    L = _lib.get()
-    L.cuCtxSetCurrent(dst._device._ctx)
-    if simple:
-        _copy.copy(_copy.DEVICE, dst_ptr, dst._strides, _copy.DEVICE, src_ptr, src._strides,
-                   dst._shape, dst.itemsize, s._h)
-        return
-    if not same_device and dst.is_c_contiguous and src.is_c_contiguous:
-        if s._device is None or s._device is dst._device:
-            # Order after the source's current stream, then copy peer to peer.
-            st = L.cuMemcpyPeerAsync(dst_ptr, dst._device._ctx, src_ptr, src._device._ctx,
-                                     dst.nbytes, s._h)
-            if st:
-                raise_for(st, "cuMemcpyPeerAsync")
-            return
-    # Reversed or broadcast source axes, or strided data across devices: stage on the host.
-    dst.copy_(src.get(stream=s if s._device in (None, src._device) else None), s)
-
-
 def _is_device_array_like(obj) -> bool:
     return (isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__")
             or (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
-                and _dlpack_is_cuda(obj)))
+                and dlpack_is_cuda(obj)))
 
 
-def _dlpack_is_cuda(obj) -> bool:
+def dlpack_is_cuda(obj) -> bool:
     try:
         kind, _ = obj.__dlpack_device__()
     except Exception:
         return False
     return kind in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged)
 
+
+# The public fields: the slots themselves under public names (one slot read each).
+for _public, _private in _PUBLIC_FIELDS.items():
+    setattr(DeviceArray, _public, _ArrayFields.__dict__[_private])
+del _public, _private
+
+#: The one conversion of array-likes (:func:`cudalibs.driver.interop.coerce`), for
+#: :meth:`DeviceArray.copy_` from a foreign array; set by that module, which builds on this one.
+IMPORT: list = []
 
 # DeviceBuffer.as_array views a buffer through this layer.
 _memory.BUFFER_VIEW.append(DeviceArray.from_buffer)
@@ -749,7 +691,7 @@ def empty(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
         dt = _dtypes.lookup(dtype)
         shape_in, shape = shape, _normalize_shape(shape)
         nbytes = _nbytes(shape, dt.itemsize)
-        strides = _c_strides(shape, dt.itemsize)
+        strides = c_strides(shape, dt.itemsize)
         if type(shape_in) is tuple and len(_EMPTY_LAYOUTS) < 4096:
             try:
                 _EMPTY_LAYOUTS[shape_in, dtype] = (shape, dt, nbytes, strides)
@@ -788,28 +730,6 @@ def full(shape, value, dtype=None, *, device=None, stream=None) -> DeviceArray:
     return empty(shape, dtype, device=device, stream=stream).fill(value, stream)
 
 
-def empty_like(a, dtype=None, *, device=None, stream=None) -> DeviceArray:
-    """An uninitialised array with ``a``'s shape and dtype (C-contiguous)."""
-    a_shape, a_dtype, a_dev = _shape_dtype_device(a)
-    return empty(a_shape, a_dtype if dtype is None else dtype,
-                 device=a_dev if device is None else device, stream=stream)
-
-
-def zeros_like(a, dtype=None, *, device=None, stream=None) -> DeviceArray:
-    return empty_like(a, dtype, device=device, stream=stream).fill(0, stream)
-
-
-def full_like(a, value, dtype=None, *, device=None, stream=None) -> DeviceArray:
-    return empty_like(a, dtype, device=device, stream=stream).fill(value, stream)
-
-
-def _shape_dtype_device(a):
-    if isinstance(a, np.ndarray):
-        return a.shape, a.dtype, None
-    arr = asarray(a)
-    return arr.shape, arr.dtype, arr.device
-
-
 def to_device(obj, dtype=None, *, device=None, stream=None) -> DeviceArray:
     """Copy a host array (anything ``numpy.asarray`` takes) to a new C-contiguous device array.
 
@@ -820,172 +740,5 @@ def to_device(obj, dtype=None, *, device=None, stream=None) -> DeviceArray:
         host = host.astype(host.dtype.newbyteorder("="))
     out = empty(host.shape, host.dtype, device=device, stream=stream)
     if out.size:
-        _h2d(out, out._ptr, host, as_stream(stream, out._device), True)
+        _copy.h2d(out, out._ptr, host, as_stream(stream, out._device), True)
     return out
-
-
-def asarray(obj, *, device=None, stream=None) -> DeviceArray:
-    """View any device array as a :class:`DeviceArray`, without a copy.
-
-    Accepts a DeviceArray (returned as is), anything with ``__cuda_array_interface__``
-    (CuPy, numba, PyTorch CUDA tensors) or ``__dlpack__`` on a CUDA device.  The result keeps
-    ``obj`` alive.  Host arrays are refused: use :func:`to_device`.  Library functions check
-    their operands through :func:`cudalibs.driver.operand.operand`, which uses the same
-    conversion and messages.
-
-    Raises
-    ------
-    TypeError
-        ``obj`` is not a CUDA array (a host array, or an object with neither protocol, or an
-        incomplete ``__cuda_array_interface__``).
-    ValueError
-        ``device`` is given and differs from where the data is.
-    """
-    arr = obj if type(obj) is DeviceArray else coerce(obj, "asarray: the argument", stream)
-    if device is not None and as_device(device) is not arr._device:
-        raise ValueError(f"asarray: the argument is on device {arr._device.ordinal}, not "
-                         f"{as_device(device).ordinal}")
-    return arr
-
-
-def coerce(obj, what: str, stream=None) -> DeviceArray:
-    """The one conversion of an array-like to a DeviceArray, without a copy or other checks.
-
-    ``what`` names the operand in messages (``"gemm: a"``).  Host data is refused with one
-    message whichever protocol it speaks (a numpy array has ``__dlpack__`` too, so the host
-    check comes first).
-    """
-    if isinstance(obj, DeviceArray):
-        return obj
-    if obj is None:
-        raise TypeError(f"{what} is required (got None)")
-    if isinstance(obj, (np.ndarray, np.generic)):
-        raise TypeError(f"{what} is a host numpy array; copy it to the GPU first with "
-                        "cudalibs.to_device()")
-    try:
-        cai = obj.__cuda_array_interface__
-    except (AttributeError, TypeError):
-        # TypeError: a producer that has the protocol but cannot describe this dtype in it
-        # (some raise for bfloat16) -- DLPack may still carry it.
-        cai = None
-    if cai is not None and not (_untyped_half(cai) and hasattr(obj, "__dlpack__")):
-        return _from_cai(obj, cai, what, stream)
-    if hasattr(obj, "__dlpack__"):
-        if not _dlpack_is_cuda(obj):
-            try:
-                where = tuple(obj.__dlpack_device__())
-            except Exception:   # noqa: BLE001 - only for the message
-                where = "unknown"
-            raise TypeError(f"{what} is a {type(obj).__name__} in host memory (DLPack device "
-                            f"{where}); copy it to the GPU first with cudalibs.to_device()")
-        return from_dlpack(obj, stream=stream)
-    raise TypeError(f"{what} is a {type(obj).__name__}, not a device array: it has neither "
-                    "__cuda_array_interface__ nor __dlpack__")
-
-
-def _untyped_half(cai) -> bool:
-    """Whether a CAI dict describes 2-byte elements only as raw bytes (``"<V2"``): bfloat16
-    as PyTorch exports it, which DLPack names exactly."""
-    t = cai.get("typestr") if isinstance(cai, dict) else None
-    return isinstance(t, str) and len(t) >= 3 and t[1] == "V" and t[2:] == "2"
-
-
-def _pointer_device(ptr: int) -> Device:
-    L = _lib.get()
-    v = ctypes.c_int()
-    st = L.cuPointerGetAttribute(ctypes.byref(v), _lib.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-    if st:
-        raise_for(st, "cuPointerGetAttribute", f"0x{ptr:x} is not a device pointer")
-    return Device(v.value)
-
-
-def _from_cai(obj, cai, what, stream) -> DeviceArray:
-    if not isinstance(cai, dict):
-        raise TypeError(f"{what}: __cuda_array_interface__ is a {type(cai).__name__}, not a dict")
-    missing = [k for k in ("shape", "typestr", "data") if k not in cai]
-    if missing:
-        raise TypeError(f"{what}: __cuda_array_interface__ lacks {', '.join(map(repr, missing))}"
-                        " (version 3 requires shape, typestr and data)")
-    version = cai.get("version", 0)
-    if cai.get("mask") is not None:
-        raise TypeError(f"{what}: masked __cuda_array_interface__ arrays are not supported")
-    try:
-        shape = tuple(int(s) for s in cai["shape"])
-        ptr, _readonly = cai["data"]
-        strides = cai.get("strides")
-        strides = None if strides is None else tuple(int(s) for s in strides)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what}: malformed __cuda_array_interface__ {cai!r}") from None
-    dt = _dtypes.from_typestr(cai["typestr"])
-    ptr = int(ptr or 0)
-    strides = _c_strides(shape, dt.itemsize) if strides is None else strides
-    if len(strides) != len(shape):
-        raise TypeError(f"{what}: __cuda_array_interface__ strides {strides} do not match "
-                        f"shape {shape}")
-    size = 1
-    for n in shape:
-        size *= n
-    dev = _pointer_device(ptr) if ptr else as_device(None)
-    producer = cai.get("stream") if version >= 3 else None
-    if producer is not None and size:
-        if producer == 0:
-            raise ValueError(f"{what}: __cuda_array_interface__ stream 0 is invalid (use 1 for "
-                             "the legacy default stream)")
-        consumer = as_stream(stream, dev)
-        order_before(Stream.from_handle(int(producer), dev), consumer._handle or 0, dev)
-    return DeviceArray._view(ptr, shape, strides, dt, dev, None, obj)
-
-
-def from_dlpack(obj, *, stream=None) -> DeviceArray:
-    """Import a DLPack tensor (an object with ``__dlpack__``, or a capsule) without a copy.
-
-    Raises
-    ------
-    ValueError
-        The capsule was already consumed.
-    TypeError
-        The tensor is not in CUDA memory, or its dtype has no equivalent here.
-    """
-    if hasattr(obj, "__dlpack__"):
-        kind, dev_id = obj.__dlpack_device__()
-        if kind not in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged):
-            raise TypeError(f"{type(obj).__name__} is on DLPack device {(kind, dev_id)}, not a "
-                            "CUDA device; copy host data with cudalibs.to_device()")
-        dev = Device(dev_id) if kind == _dlpack.kDLCUDA else as_device(None)
-        consumer = as_stream(stream, dev)
-        handle = 1 if consumer._handle == 0 else consumer._handle
-        try:
-            capsule = obj.__dlpack__(stream=handle, max_version=_dlpack.DLPACK_VERSION)
-        except TypeError:  # producers that predate DLPack 1.0's keywords
-            capsule = obj.__dlpack__(stream=handle)
-        owner = obj
-    else:
-        capsule, owner = obj, None
-    imp = _dlpack.consume(capsule)
-    if imp.device_type not in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged):
-        imp.release()
-        raise TypeError(f"DLPack tensor is on device type {imp.device_type}, not CUDA")
-    try:
-        dt = _dtypes.from_dlpack_code(*imp.dtype)
-    except TypeError:
-        imp.release()
-        raise
-    dev = Device(imp.device_id) if imp.device_type == _dlpack.kDLCUDA else as_device(None)
-    item = dt.itemsize
-    strides = (_c_strides(imp.shape, item) if imp.strides is None
-               else tuple(s * item for s in imp.strides))
-    holder = _Owner(imp, owner)
-    return DeviceArray._view(imp.ptr, imp.shape, strides, dt, dev, None, holder)
-
-
-class _Owner:
-    """Keeps an imported DLPack tensor (and its producer object) alive."""
-
-    __slots__ = ("tensor", "producer", "__weakref__")
-
-    def __init__(self, tensor, producer):
-        self.tensor = tensor
-        self.producer = producer
-
-    def __repr__(self) -> str:
-        return f"<DLPack tensor from {type(self.producer).__name__}>"

@@ -67,10 +67,21 @@ class Device:
         ``ordinal`` is not a valid device index.
     TypeError
         ``ordinal`` is not an integer.
+
+    Attributes
+    ----------
+    raw_context : CUcontext
+        The retained primary context (ctypes), for ``cuCtxSetCurrent`` on the libraries' hot
+        paths; one slot read, read-only.  :attr:`context` is its address as an int.
     """
 
     __slots__ = ("_ordinal", "_handle", "_ctx", "_name", "_cc", "_attr_cache", "_pool",
                  "_entered", "__weakref__")
+
+    def __setattr__(self, name, value):
+        if name == "raw_context":
+            raise AttributeError("Device.raw_context is read-only")
+        object.__setattr__(self, name, value)
     _instances: dict[int, "Device"] = {}
     _lock = threading.Lock()
 
@@ -344,6 +355,11 @@ def _check_ordinal(ordinal) -> int:
     if not 0 <= ordinal < n:
         raise ValueError(f"device {ordinal} does not exist ({n} device{'s' if n != 1 else ''} visible)")
     return ordinal
+
+
+# The retained primary context as a ctypes CUcontext, for cuCtxSetCurrent on the libraries'
+# hot paths: the slot itself under a public name (one slot read; read-only).
+Device.raw_context = Device.__dict__["_ctx"]
 
 
 def device_count() -> int:

@@ -117,6 +117,12 @@ class Graph(Resource):
         return ctypes.cast(self._check(), ctypes.c_void_p).value or 0
 
     @property
+    def raw(self):
+        """The ``CUgraph`` as its ctypes handle, for the raw layer (checked open and
+        captured)."""
+        return self._check()
+
+    @property
     def num_nodes(self) -> int:
         """Number of nodes (kernel launches, copies, memsets, allocations, ...)."""
         h = self._check()

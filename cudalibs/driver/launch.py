@@ -19,7 +19,7 @@ The launch path is built for hot loops:
 
 DeviceArray arguments are checked for device and liveness with two attribute reads; other
 arrays (``__cuda_array_interface__``, DLPack, DeviceBuffer) go through
-:func:`~cudalibs.driver.array.asarray` first.
+:func:`~cudalibs.driver.interop.asarray` first.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from typing import NamedTuple
 from ..errors import ClosedError
 from . import _lib, _params
 from ._core import raise_for
-from .array import DeviceArray, asarray
+from .array import DeviceArray
+from .interop import asarray
 from .device import Device
 from .memory import DeviceBuffer
-from .stream import _tls, as_stream, default_stream
+from .stream import thread_streams, as_stream, default_stream
 
 __all__ = ["Kernel", "Launcher", "KernelAttributes"]
 
@@ -394,7 +395,7 @@ class Kernel:
 
     def _stream_handle(self, stream) -> int:
         if stream is None:
-            stack = _tls.__dict__.get("streams")
+            stack = thread_streams.__dict__.get("streams")
             s = stack[-1] if stack else default_stream()
         else:
             s = as_stream(stream)
@@ -451,7 +452,7 @@ class Kernel:
             return self._launch_ex(dims, args, stream, cluster, cooperative)
         if stream is None:
             # The thread-local's own dict: a missing attribute costs no exception this way.
-            stack = _tls.__dict__.get("streams")
+            stack = thread_streams.__dict__.get("streams")
             if stack:
                 s = stack[-1]
                 h = s._h if s._alive[0] and (s._device is None or s._device is self._device) \
@@ -587,7 +588,7 @@ class Launcher:
         lines, ns = blk.writer_code("args")
         gx, gy, gz, bx, by, bz, sm = self._dims
         ns.update(alive=kernel._alive, closed=self._closed, fn=_raw_launch(), f=kernel._f,
-                  params=ptr, fixed=self._stream, tls=_tls, default_stream=default_stream,
+                  params=ptr, fixed=self._stream, tls=thread_streams, default_stream=default_stream,
                   dev=kernel._device, check_stream=kernel._stream_handle, sinks=_capture_sinks,
                   note=_note_capture, module=kernel._module, fail=self._fail,
                   call_ex=self._call_ex, wrong_ctx=_WRONG_CONTEXT,

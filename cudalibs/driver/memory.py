@@ -31,18 +31,18 @@ from .._ffi import Resource, refuse_in_capture
 from ..errors import ClosedError, CudaLibsError
 from . import _capture, _lib, device as _device_mod
 from . import stream as _stream_mod
-from ._core import init, raise_for
+from ._core import raise_for
 from .device import Device, as_device
 from .stream import Stream, as_stream
 
-__all__ = ["DeviceBuffer", "HostBuffer", "MemoryPool", "alloc", "alloc_async", "pinned_empty",
-           "CACHE_BLOCK_BYTES"]
+__all__ = ["DeviceBuffer", "MemoryPool", "alloc", "alloc_async", "CACHE_BLOCK_BYTES",
+           "check_nbytes", "is_pinned"]
 
 # Sizes beyond this cannot be expressed in size_t arithmetic the driver does on them.
 _MAX_BYTES = 2**62
 
 
-def _check_nbytes(nbytes) -> int:
+def check_nbytes(nbytes) -> int:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
         raise TypeError(f"size must be an integer number of bytes, not {type(nbytes).__name__}")
     nbytes = int(nbytes)
@@ -69,7 +69,7 @@ def _stream_capturing(L, stream_h) -> bool:
 
 def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream, cache=None, key=None,
                 graph_memory=False):
-    if _capture._open[0] and not graph_memory:
+    if _capture.OPEN[0] and not graph_memory:
         # Memory allocated outside every capture must not be freed inside one: on the
         # capturing stream the free would become a node of the graph (freeing, at every
         # replay, memory the graph never allocated).  It waits for the capture's end.
@@ -78,7 +78,7 @@ def _free_async(free, set_ctx, ctx, ptr, stream_h, alive, null_stream, cache=Non
         return
     # Small blocks on a live stream go back to the pool's cache for that stream (see the
     # module docstring); the rest are freed.
-    if cache is not None and alive[0] and not _capture._open[0] and cache.put(key, ptr):
+    if cache is not None and alive[0] and not _capture.OPEN[0] and cache.put(key, ptr):
         return
     # A stream closed before the buffer: free on the legacy stream, which orders itself after
     # all blocking work of the context.
@@ -278,7 +278,7 @@ class DeviceBuffer:
 
         ``owner`` is kept alive as long as the buffer (the object that owns the memory).
         """
-        size = _check_nbytes(size)
+        size = check_nbytes(size)
         if not isinstance(ptr, int) or ptr < 0:
             raise ValueError(f"invalid device pointer {ptr!r}")
         return cls._make(ptr, size, as_device(device), owner=owner)
@@ -498,7 +498,7 @@ def alloc(nbytes: int, device=None) -> DeviceBuffer:
     CudaOutOfMemoryError
         The device cannot satisfy the request; the process and later allocations are fine.
     """
-    nbytes = _check_nbytes(nbytes)
+    nbytes = check_nbytes(nbytes)
     dev = as_device(device)
     if nbytes == 0:
         return DeviceBuffer._make(0, 0, dev)
@@ -543,7 +543,7 @@ class MemoryPool(Resource):
         props.allocType = _lib.CU_MEM_ALLOCATION_TYPE_PINNED
         props.location.type = _lib.CU_MEM_LOCATION_TYPE_DEVICE
         props.location.id = dev.ordinal
-        props.maxSize = _check_nbytes(max_size)
+        props.maxSize = check_nbytes(max_size)
         h = _lib.CUmemoryPool()
         st = L.cuMemPoolCreate(ctypes.byref(h), ctypes.byref(props))
         if st:
@@ -585,7 +585,7 @@ class MemoryPool(Resource):
 
     @release_threshold.setter
     def release_threshold(self, value: int | None) -> None:
-        v = ctypes.c_uint64(2**64 - 1 if value is None else _check_nbytes(value))
+        v = ctypes.c_uint64(2**64 - 1 if value is None else check_nbytes(value))
         st = _lib.get().cuMemPoolSetAttribute(self._check(), _lib.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                                              ctypes.byref(v))
         if st:
@@ -617,7 +617,7 @@ class MemoryPool(Resource):
         first, and waited for, since only executed frees can be returned.
         """
         self._release_and_wait()
-        st = _lib.get().cuMemPoolTrimTo(self._check(), _check_nbytes(keep))
+        st = _lib.get().cuMemPoolTrimTo(self._check(), check_nbytes(keep))
         if st:
             raise_for(st, "cuMemPoolTrimTo")
 
@@ -627,7 +627,7 @@ class MemoryPool(Resource):
         The memory may be used by work queued on that stream after this call (or on another
         stream once it waits on an event recorded after it); it is freed on the same stream.
         """
-        nbytes = _check_nbytes(nbytes)
+        nbytes = check_nbytes(nbytes)
         self._check()
         dev = self._device
         s = as_stream(stream, dev)
@@ -642,7 +642,7 @@ class MemoryPool(Resource):
         cache = key = ptr = None
         size = nbytes
         if nbytes <= CACHE_BLOCK_BYTES and (s._owned or s._handle == 0) \
-                and not _capture._open[0]:
+                and not _capture.OPEN[0]:
             cache = self._cache
             size = _size_class(nbytes)
             key = (s._handle, size)
@@ -664,7 +664,7 @@ class MemoryPool(Resource):
         buf = DeviceBuffer._make(ptr, nbytes, dev, stream=s, pool=self)
         buf._finalizer = _Release(buf, _free_async, (
             L.cuMemFreeAsync, L.cuCtxSetCurrent, dev._ctx, ptr, s._h, s._alive, _NULL_STREAM,
-            cache, key, bool(_capture._open[0]) and _stream_capturing(L, s._h)))
+            cache, key, bool(_capture.OPEN[0]) and _stream_capturing(L, s._h)))
         return buf
 
     @property
@@ -707,7 +707,7 @@ class MemoryPool(Resource):
         """
         if self.closed:
             return
-        if _capture._open[0]:
+        if _capture.OPEN[0]:
             # No pool query is allowed while a stream captures: the destroy waits for the
             # block's end, and frees the cached blocks then.
             Resource.close(self)
@@ -760,131 +760,3 @@ def alloc_async(nbytes: int, stream=None, device=None) -> DeviceBuffer:
     else:
         dev = as_device(device)
     return dev.memory_pool.allocate(nbytes, stream)
-
-
-def _free_host(free, ptr):
-    if _capture.defer(_free_host, (free, ptr)):
-        return
-    free(ptr)
-
-
-class _HostView:
-    """The object numpy arrays over a HostBuffer hold as ``base``: keeps the buffer alive."""
-
-    __slots__ = ("__array_interface__", "_buffer", "__weakref__")
-
-    def __init__(self, buffer, shape, typestr):
-        self._buffer = buffer
-        self.__array_interface__ = {"shape": shape, "typestr": typestr,
-                                    "data": (buffer._ptr, False), "version": 3}
-
-
-class HostBuffer:
-    """Page-locked (pinned) host memory from ``cuMemHostAlloc``.
-
-    Copies between pinned memory and the device run at full bus speed and can be truly
-    asynchronous.  :meth:`numpy` gives array views; they keep the buffer alive, and
-    ``close()`` refuses (``BufferError``) while any view exists.
-
-    Parameters
-    ----------
-    nbytes : int
-    portable : bool, default True
-        Pinned for every context, not only the current one.
-    write_combined : bool, default False
-        Faster host-to-device transfers, very slow host reads.
-    """
-
-    __slots__ = ("_ptr", "_size", "_finalizer", "_views", "__weakref__")
-
-    def __init__(self, nbytes: int, *, portable: bool = True, write_combined: bool = False):
-        nbytes = _check_nbytes(nbytes)
-        refuse_in_capture("HostBuffer() (cuMemHostAlloc)", "allocate pinned memory before it")
-        L = init()
-        dev = as_device(None)
-        L.cuCtxSetCurrent(dev._ctx)
-        flags = (_lib.CU_MEMHOSTALLOC_PORTABLE if portable else 0) | (
-            _lib.CU_MEMHOSTALLOC_WRITECOMBINED if write_combined else 0)
-        p = ctypes.c_void_p()
-        if nbytes:
-            st = L.cuMemHostAlloc(ctypes.byref(p), nbytes, flags)
-            if st:
-                raise_for(st, "cuMemHostAlloc", f"requested {nbytes} pinned bytes")
-        self._ptr = p.value or 0
-        self._size = nbytes
-        self._views = weakref.WeakSet()
-        self._finalizer = (weakref.finalize(self, _free_host, L.cuMemFreeHost, self._ptr)
-                           if nbytes else None)
-        if self._finalizer is not None:
-            self._finalizer.atexit = False
-
-    @property
-    def ptr(self) -> int:
-        if self._ptr is None:
-            raise ClosedError("host buffer is closed")
-        return self._ptr
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    nbytes = size
-
-    @property
-    def closed(self) -> bool:
-        return self._ptr is None
-
-    def numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
-        """A numpy array over the pinned bytes (C order); it keeps this buffer alive."""
-        self.ptr  # raises ClosedError after close()
-        dt = np.dtype(dtype)
-        if shape is None:
-            shape = (self._size // dt.itemsize,)
-        shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
-        need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        if any(s < 0 for s in shape) or need > self._size:
-            raise ValueError(f"shape {shape} of {dt} needs {need} bytes; buffer has {self._size}")
-        view = _HostView(self, shape, dt.str)
-        self._views.add(view)
-        arr = np.asarray(view)
-        if dt.kind == "V" or dt.str.startswith("|V") or dt.str.startswith("<V"):
-            arr = arr.view(dt)  # ml_dtypes types export as void; restore the real dtype
-        return arr
-
-    def close(self) -> None:
-        """Free the pinned memory. Idempotent.
-
-        Raises
-        ------
-        BufferError
-            numpy arrays made by :meth:`numpy` are still alive.
-        """
-        if self._ptr is None:
-            return
-        if len(self._views):
-            raise BufferError(f"{len(self._views)} numpy view(s) of this pinned buffer are "
-                              "still alive; delete them before close()")
-        if self._finalizer is not None:
-            self._finalizer()
-        self._ptr = None
-
-    def __enter__(self) -> "HostBuffer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self._ptr is None:
-            return f"<HostBuffer closed, {self._size} bytes>"
-        return f"<HostBuffer 0x{self._ptr:x}, {self._size} pinned bytes>"
-
-
-def pinned_empty(shape, dtype=np.float32) -> np.ndarray:
-    """An uninitialised numpy array in pinned host memory."""
-    dt = np.dtype(dtype)
-    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    return HostBuffer(n).numpy(dt, shape)

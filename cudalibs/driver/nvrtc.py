@@ -19,7 +19,7 @@ import threading
 import warnings
 from typing import Literal, NamedTuple, Sequence
 
-from .. import _ffi
+from .. import _env, _ffi
 from ..errors import CudaError, LibraryNotFoundError, NvrtcError
 from . import _core, _params
 from . import _nvrtc_lib as _lib
@@ -260,8 +260,7 @@ def cuda_include_dirs() -> tuple[str, ...]:
                    for h in ("cuda_fp16.h", os.path.join("crt", "mma.h"))):
             # No (complete) wheel headers: a toolkit install (CUDA_HOME, CUDA_PATH, the usual
             # prefix).
-            for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-                         "/usr/local/cuda"):
+            for root in (*_env.toolkit_roots(), "/usr/local/cuda"):
                 d = os.path.join(root, "include") if root else None
                 if d and os.path.exists(os.path.join(d, "cuda_fp16.h")) and d not in dirs:
                     dirs.append(d)
@@ -283,10 +282,10 @@ _MAGIC = b"CLNVRTC1"
 
 def cache_dir() -> str:
     """The on-disk cache directory: ``$CUDALIBS_CACHE_DIR`` or ``~/.cache/cudalibs/nvrtc``."""
-    env = os.environ.get("CUDALIBS_CACHE_DIR")
+    env = _env.cache_dir()
     if env:
         return env
-    return os.path.join(os.path.expanduser("~"), ".cache", "cudalibs", "nvrtc")
+    return os.path.join(_env.home_cache(), "nvrtc")
 
 
 def clear_memory_cache() -> None:

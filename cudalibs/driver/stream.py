@@ -24,7 +24,9 @@ from .device import Device, as_device
 __all__ = ["Stream", "Event", "current_stream", "default_stream", "as_stream", "order_before",
            "hold_until_done"]
 
-_tls = threading.local()
+#: Per thread: ``streams``, the stack of streams made current by ``with stream:`` blocks
+#: (read by the launch path of :mod:`cudalibs.driver.launch` without a call).
+thread_streams = threading.local()
 
 #: Called with the raw handle (int) of an owned stream just before it is destroyed, with the
 #: stream's context current: per-stream state kept elsewhere (the memory pools' cached blocks,
@@ -45,7 +47,17 @@ def _destroy_stream(destroy, h, raw, alive):
     destroy(h)
 
 
-class Stream(Resource):
+class _StreamFields(Resource):
+    """The fields of a :class:`Stream` (a Stream refuses writes to its public ones)."""
+
+    __slots__ = ("_h", "_handle", "_device", "_owner", "_alive", "_owned")
+
+
+#: The public names of :class:`Stream`'s fields (read at slot speed, never written).
+_PUBLIC_FIELDS = {"raw": "_h", "raw_handle": "_handle", "device": "_device", "owned": "_owned"}
+
+
+class Stream(_StreamFields):
     """A CUDA stream: an ordered queue of device work.
 
     Parameters
@@ -59,6 +71,23 @@ class Stream(Resource):
         Lower numbers are higher priority; clamped by the driver to its supported range
         (see :meth:`priority_range`).
 
+    Attributes
+    ----------
+    device : Device or None
+        The owning device; ``None`` for a default stream (it belongs to whichever device an
+        operation runs on).
+    owned : bool
+        Whether this object destroys the stream (``False`` for wrapped foreign streams and
+        the default streams).
+    raw : CUstream
+        The ctypes handle, unchecked: what the libraries pass to C after taking the stream
+        through :func:`as_stream`, which checked it is open.
+    raw_handle : int
+        Its value (0 for the legacy default stream), unchecked; :attr:`handle` checks.
+
+    ``device``, ``owned``, ``raw`` and ``raw_handle`` cost one slot read each and are
+    read-only.
+
     Notes
     -----
     ``with stream:`` makes the stream current on this thread for the block. ``close()``
@@ -66,7 +95,12 @@ class Stream(Resource):
     :class:`~cudalibs.errors.ClosedError` on use.
     """
 
-    __slots__ = ("_h", "_handle", "_device", "_owner", "_alive", "_owned")
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        if name in _PUBLIC_FIELDS:
+            raise AttributeError(f"Stream.{name} is read-only")
+        object.__setattr__(self, name, value)
 
     def __init__(self, device=None, *, non_blocking: bool = True, priority: int = 0):
         dev = as_device(device)
@@ -91,7 +125,8 @@ class Stream(Resource):
 
     @classmethod
     def _wrap(cls, handle: int, device, owner) -> "Stream":
-        self = object.__new__(cls)
+        # Filled as the bare fields class (no __setattr__ guard), then made a Stream.
+        self = object.__new__(_StreamFields)
         self._h = ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream)
         self._handle = handle
         self._device = device
@@ -99,6 +134,7 @@ class Stream(Resource):
         self._alive = [True]
         self._owned = False
         self._borrow()
+        self.__class__ = cls
         return self
 
     @classmethod
@@ -139,22 +175,10 @@ class Stream(Resource):
         return self._handle
 
     @property
-    def device(self) -> Device | None:
-        """The owning device; ``None`` for a default stream (it belongs to whichever device
-        an operation runs on)."""
-        return self._device
-
-    @property
     def closed(self) -> bool:
         """Whether the stream was closed (or, for an owned stream, collected); one list read,
         cheap enough for every call of a library's hot path."""
         return not self._alive[0]
-
-    @property
-    def owned(self) -> bool:
-        """Whether this object destroys the stream (``False`` for wrapped foreign streams
-        and the default streams)."""
-        return self._owned
 
     @property
     def is_default(self) -> bool:
@@ -258,14 +282,14 @@ class Stream(Resource):
 
     def __enter__(self) -> "Stream":
         self._check()
-        stack = getattr(_tls, "streams", None)
+        stack = getattr(thread_streams, "streams", None)
         if stack is None:
-            stack = _tls.streams = []
+            stack = thread_streams.streams = []
         stack.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _tls.streams.pop()
+        thread_streams.streams.pop()
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Stream) and other._handle == self._handle and (
@@ -301,8 +325,15 @@ def _handle_of(obj) -> int:
 
 
 def _device_of_stream(handle: int) -> Device | None:
+    """The device of a foreign stream, or None while it is capturing: the driver refuses a
+    device query on a capturing stream, and the refusal invalidates the capture (a
+    framework's ``torch.cuda.graph``), so the operation's own device stands in."""
     L = _lib.get()
     h = ctypes.cast(ctypes.c_void_p(handle), _lib.CUstream)
+    status = ctypes.c_int()
+    if not L.cuStreamIsCapturing(h, ctypes.byref(status)) and \
+            status.value == _lib.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return None
     if L.cuStreamGetDevice:
         dev = _lib.CUdevice()
         st = L.cuStreamGetDevice(h, ctypes.byref(dev))
@@ -335,7 +366,7 @@ def default_stream() -> Stream:
 def current_stream() -> Stream:
     """The calling thread's current stream: the innermost ``with stream:``, else the legacy
     default stream."""
-    stack = getattr(_tls, "streams", None)
+    stack = getattr(thread_streams, "streams", None)
     if stack:
         return stack[-1]
     return default_stream()
@@ -352,7 +383,7 @@ def as_stream(stream, device: Device | None = None) -> Stream:
         The stream was closed.
     """
     if stream is None:
-        stack = getattr(_tls, "streams", None)
+        stack = getattr(thread_streams, "streams", None)
         s = stack[-1] if stack else default_stream()
     elif type(stream) is Stream:
         s = stream
@@ -364,6 +395,11 @@ def as_stream(stream, device: Device | None = None) -> Stream:
         raise ValueError(f"stream is on device {s._device.ordinal} but the data is on device "
                          f"{device.ordinal}")
     return s
+
+
+for _public, _private in _PUBLIC_FIELDS.items():
+    setattr(Stream, _public, _StreamFields.__dict__[_private])
+del _public, _private
 
 
 class Event(Resource):

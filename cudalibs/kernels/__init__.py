@@ -21,7 +21,7 @@ between inputs and output, 32-bit sizes), and raises ``TypeError``/``ValueError`
 omitted it is allocated stream-ordered on the work's stream.  ``stream=None`` means the
 thread's current stream.  Empty inputs return at once, launching nothing.
 
-Loading and launching belong to :mod:`cudalibs.driver.ptxlib`: the PTX of a file is loaded
+Loading and launching belong to :mod:`cudalibs.runtime.ptxlib`: the PTX of a file is loaded
 once per device, on the first call that needs it; each (kernel, grid, block, stream) gets a
 prepared launcher, kept in a bounded per-thread cache (a launcher of a closed stream is never
 reused), so a repeated call with the same shapes only writes its arguments and launches.  The
@@ -50,7 +50,7 @@ step_increment                           int32 device counter
 =======================================  ===========================================
 """
 
-from ..driver.ptxlib import clear_cache
+from ..runtime.ptxlib import clear_cache
 from .elementwise import (add, axpy, batch_norm_relu_infer, bias_gelu, bias_relu,
                           channel_bias_act, fill, relu_backward, scale)
 from .layout import nchw_to_nhwc, nhwc_to_nchw, transpose

@@ -2,11 +2,11 @@
 overlap check and the scalar checks.
 
 Array arguments go through the one operand path of the driver layer
-(:func:`cudalibs.driver.operand.operand`), so a kernel refuses host data, freed memory, a
+(:func:`cudalibs.runtime.operand.operand`), so a kernel refuses host data, freed memory, a
 wrong dtype or a wrong device with the same words as every other library; what is left here
 is what only the kernels need (their outputs, overlap rules and 32-bit launch limits).
 
-Launches go through :func:`cudalibs.driver.ptxlib.launch`, looked up on the module at each
+Launches go through :func:`cudalibs.runtime.ptxlib.launch`, looked up on the module at each
 call (one attribute read) so that a test can intercept every launch in one place.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.array import DeviceArray, arrays_overlap, empty
-from ..driver.operand import operand
+from ..runtime.operand import operand
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -44,8 +44,8 @@ def check_no_overlap(op: str, out: DeviceArray, inputs, *, same_ok: bool) -> Non
     elements, which elementwise kernels read before writing."""
     for name, a in inputs:
         if arrays_overlap(out, a):
-            if (same_ok and out._ptr == a._ptr and out._shape == a._shape
-                    and out._dtype == a._dtype):
+            if (same_ok and out.address == a.address and out.shape == a.shape
+                    and out.dtype == a.dtype):
                 continue
             raise ValueError(f"{op}: out overlaps {name}" +
                              ("" if same_ok else "; this kernel cannot work in place"))
@@ -57,21 +57,21 @@ def output(out, op: str, shape, dtype, device, stream, inputs=(), *, same_ok: bo
     if out is None:
         return empty(shape, dtype, device=device, stream=stream)
     arr = array(out, op, "out", device=device, stream=stream)
-    if arr._shape != tuple(shape):
-        raise ValueError(f"{op}: out has shape {arr._shape}, expected {tuple(shape)}")
-    if arr._dtype != dtype:
-        raise TypeError(f"{op}: out has dtype {arr._dtype}, expected {dtype}")
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{op}: out has shape {arr.shape}, expected {tuple(shape)}")
+    if arr.dtype != dtype:
+        raise TypeError(f"{op}: out has dtype {arr.dtype}, expected {dtype}")
     check_no_overlap(op, arr, inputs, same_ok=same_ok)
     return arr
 
 
 def same(op: str, x: DeviceArray, y: DeviceArray, xname: str, yname: str) -> None:
     """Refuse two operands of different shapes or dtypes (the kernels do not broadcast)."""
-    if x._shape != y._shape:
-        raise ValueError(f"{op}: {xname} has shape {x._shape} but {yname} has {y._shape} "
+    if x.shape != y.shape:
+        raise ValueError(f"{op}: {xname} has shape {x.shape} but {yname} has {y.shape} "
                          "(no broadcasting)")
-    if x._dtype != y._dtype:
-        raise TypeError(f"{op}: {xname} is {x._dtype} but {yname} is {y._dtype}")
+    if x.dtype != y.dtype:
+        raise TypeError(f"{op}: {xname} is {x.dtype} but {yname} is {y.dtype}")
 
 
 def real(op: str, name: str, value) -> float:
@@ -105,13 +105,13 @@ def matmul_operands(op: str, a, b, dts, stream):
     """The two matrices of a 2-D product: same dtype, one device, inner dimensions equal,
     sizes within the kernels' 32-bit limits.  Returns ``(a, b, device, m, n, k)``."""
     a = array(a, op, "a", dts, ndim=2, stream=stream)
-    dev = a._device
+    dev = a.device
     b = array(b, op, "b", dts, ndim=2, device=dev, stream=stream)
-    if a._dtype != b._dtype:
-        raise TypeError(f"{op}: a is {a._dtype} but b is {b._dtype}")
-    (m, k), (k2, n) = a._shape, b._shape
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: a is {a.dtype} but b is {b.dtype}")
+    (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
-        raise ValueError(f"{op}: inner dimensions differ: a {a._shape} @ b {b._shape}")
+        raise ValueError(f"{op}: inner dimensions differ: a {a.shape} @ b {b.shape}")
     for what, v in (("M", m), ("N", n), ("K", k)):
         dim(op, what, v)
     return a, b, dev, m, n, k

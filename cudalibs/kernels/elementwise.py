@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.stream import as_stream
 from ._common import (ALL_FLOATS, F32, HALF_FLOAT, array, check_no_overlap, launch_elementwise,
                       output, real, same, suffix)
@@ -47,13 +47,13 @@ def add(x, y, out=None, stream=None):
     """
     op = "add"
     x = array(x, op, "x", ALL_FLOATS, stream=stream)
-    dev = x._device
+    dev = x.device
     y = array(y, op, "y", ALL_FLOATS, device=dev, stream=stream)
     same(op, x, y, "x", "y")
     s = as_stream(stream, dev)
-    out = output(out, op, x._shape, x._dtype, dev, s, (("x", x), ("y", y)), same_ok=True)
+    out = output(out, op, x.shape, x.dtype, dev, s, (("x", x), ("y", y)), same_ok=True)
     n = x.size
-    launch_elementwise(dev, f"add_{suffix(x._dtype)}", n, (x._ptr, y._ptr, out._ptr, n), s)
+    launch_elementwise(dev, f"add_{suffix(x.dtype)}", n, (x.address, y.address, out.address, n), s)
     return out
 
 
@@ -82,13 +82,13 @@ def axpy(alpha, x, y, stream=None):
     op = "axpy"
     a = real(op, "alpha", alpha)
     x = array(x, op, "x", ALL_FLOATS, stream=stream)
-    dev = x._device
+    dev = x.device
     y = array(y, op, "y", ALL_FLOATS, device=dev, stream=stream)
     same(op, x, y, "x", "y")
     check_no_overlap(op, y, (("x", x),), same_ok=True)
     s = as_stream(stream, dev)
     n = y.size
-    launch_elementwise(dev, f"axpy_{suffix(y._dtype)}", n, (a, x._ptr, y._ptr, n), s)
+    launch_elementwise(dev, f"axpy_{suffix(y.dtype)}", n, (a, x.address, y.address, n), s)
     return y
 
 
@@ -113,11 +113,11 @@ def scale(x, alpha, out=None, stream=None):
     op = "scale"
     a = real(op, "alpha", alpha)
     x = array(x, op, "x", ALL_FLOATS, stream=stream)
-    dev = x._device
+    dev = x.device
     s = as_stream(stream, dev)
-    out = output(out, op, x._shape, x._dtype, dev, s, (("x", x),), same_ok=True)
+    out = output(out, op, x.shape, x.dtype, dev, s, (("x", x),), same_ok=True)
     n = x.size
-    launch_elementwise(dev, f"scale_{suffix(x._dtype)}", n, (x._ptr, a, out._ptr, n), s)
+    launch_elementwise(dev, f"scale_{suffix(x.dtype)}", n, (x.address, a, out.address, n), s)
     return out
 
 
@@ -145,16 +145,16 @@ def fill(x, value, stream=None):
     op = "fill"
     v = real(op, "value", value)
     x = array(x, op, "x", ALL_FLOATS, stream=stream)
-    dev = x._device
+    dev = x.device
     with np.errstate(over="ignore"):
-        typed = np.asarray(v, dtype=np.float64).astype(x._dtype)
+        typed = np.asarray(v, dtype=np.float64).astype(x.dtype)
     if math.isfinite(v) and not np.isfinite(typed.astype(np.float64)):
-        raise ValueError(f"{op}: {value!r} overflows {x._dtype}")
+        raise ValueError(f"{op}: {value!r} overflows {x.dtype}")
     # 16-bit values travel as their bit pattern: the kernel takes them as unsigned short.
-    arg = int(typed.view(np.uint16)) if x._dtype.itemsize == 2 else float(typed)
+    arg = int(typed.view(np.uint16)) if x.dtype.itemsize == 2 else float(typed)
     s = as_stream(stream, dev)
     n = x.size
-    launch_elementwise(dev, f"fill_{suffix(x._dtype)}", n, (x._ptr, arg, n), s)
+    launch_elementwise(dev, f"fill_{suffix(x.dtype)}", n, (x.address, arg, n), s)
     return x
 
 
@@ -177,36 +177,36 @@ def relu_backward(grad, act, out=None, stream=None):
     """
     op = "relu_backward"
     grad = array(grad, op, "grad", ALL_FLOATS, stream=stream)
-    dev = grad._device
+    dev = grad.device
     act = array(act, op, "act", ALL_FLOATS, device=dev, stream=stream)
     same(op, grad, act, "grad", "act")
     s = as_stream(stream, dev)
-    out = output(out, op, grad._shape, grad._dtype, dev, s, (("grad", grad), ("act", act)),
+    out = output(out, op, grad.shape, grad.dtype, dev, s, (("grad", grad), ("act", act)),
                  same_ok=True)
     n = grad.size
-    launch_elementwise(dev, f"relu_backward_{suffix(grad._dtype)}", n,
-                       (grad._ptr, act._ptr, out._ptr, n), s)
+    launch_elementwise(dev, f"relu_backward_{suffix(grad.dtype)}", n,
+                       (grad.address, act.address, out.address, n), s)
     return out
 
 
 def _bias_act(act: str, x, bias, out, stream):
     op = f"bias_{act}"
     x = array(x, op, "x", HALF_FLOAT, stream=stream)
-    dev = x._device
-    if not x._shape:
+    dev = x.device
+    if not x.shape:
         raise ValueError(f"{op}: x must have at least one dimension (features last)")
     bias = array(bias, op, "bias", HALF_FLOAT, ndim=1, device=dev, stream=stream)
-    if bias._dtype != x._dtype:
-        raise TypeError(f"{op}: bias is {bias._dtype} but x is {x._dtype}")
-    features = x._shape[-1]
-    if bias._shape[0] != features:
-        raise ValueError(f"{op}: bias has {bias._shape[0]} elements but x has {features} "
-                         f"features (last axis of shape {x._shape})")
+    if bias.dtype != x.dtype:
+        raise TypeError(f"{op}: bias is {bias.dtype} but x is {x.dtype}")
+    features = x.shape[-1]
+    if bias.shape[0] != features:
+        raise ValueError(f"{op}: bias has {bias.shape[0]} elements but x has {features} "
+                         f"features (last axis of shape {x.shape})")
     s = as_stream(stream, dev)
-    out = output(out, op, x._shape, x._dtype, dev, s, (("x", x), ("bias", bias)), same_ok=True)
+    out = output(out, op, x.shape, x.dtype, dev, s, (("x", x), ("bias", bias)), same_ok=True)
     n = x.size
-    launch_elementwise(dev, f"{op}_{suffix(x._dtype)}", n,
-                       (x._ptr, bias._ptr, out._ptr, n, features), s)
+    launch_elementwise(dev, f"{op}_{suffix(x.dtype)}", n,
+                       (x.address, bias.address, out.address, n, features), s)
     return out
 
 
@@ -295,32 +295,32 @@ def channel_bias_act(y, bias, *, z=None, alpha2=1.0, activation="relu", stream=N
         raise ValueError(f"{op}: activation must be 'relu' or 'identity', not {activation!r}")
     a2 = real(op, "alpha2", alpha2)
     y = array(y, op, "y", HALF_FLOAT, stream=stream, contiguous=False)
-    dev = y._device
-    if not 2 <= len(y._shape) <= 5:
+    dev = y.device
+    if not 2 <= len(y.shape) <= 5:
         raise ValueError(f"{op}: y must be (N, C, ...) with 0 to 3 spatial dimensions, got "
-                         f"shape {y._shape}")
-    channels = y._shape[1]
+                         f"shape {y.shape}")
+    channels = y.shape[1]
     inner = _channel_inner(y)
     if inner is None:
         raise ValueError(f"{op}: y must be packed channels-first or channels-last; "
-                         f"strides {y._strides} for shape {y._shape}")
+                         f"strides {y.strides} for shape {y.shape}")
     bias = array(bias, op, "bias", HALF_FLOAT, ndim=1, device=dev, stream=stream)
-    if bias._dtype != y._dtype or bias._shape != (channels,) or (
-            channels > 1 and bias._strides[0] != y._dtype.itemsize):
-        raise ValueError(f"{op}: bias must be a contiguous ({channels},) {y._dtype} array, got "
-                         f"{bias._shape} {bias._dtype}")
+    if bias.dtype != y.dtype or bias.shape != (channels,) or (
+            channels > 1 and bias.strides[0] != y.dtype.itemsize):
+        raise ValueError(f"{op}: bias must be a contiguous ({channels},) {y.dtype} array, got "
+                         f"{bias.shape} {bias.dtype}")
     z_ptr = 0
     reads = [("bias", bias)]
     if z is not None:
         z = array(z, op, "z", HALF_FLOAT, device=dev, stream=stream, contiguous=False)
-        if z._shape != y._shape or z._dtype != y._dtype or z._strides != y._strides:
-            raise ValueError(f"{op}: z must match y ({y._shape} {y._dtype} strides "
-                             f"{y._strides}), got {z._shape} {z._dtype} strides {z._strides}")
-        z_ptr = z._ptr
+        if z.shape != y.shape or z.dtype != y.dtype or z.strides != y.strides:
+            raise ValueError(f"{op}: z must match y ({y.shape} {y.dtype} strides "
+                             f"{y.strides}), got {z.shape} {z.dtype} strides {z.strides}")
+        z_ptr = z.address
         reads.append(("z", z))
     # z may be y itself (each element is read before it is written), nothing else may overlap
     check_no_overlap(op, y, reads, same_ok=True)
-    ptxlib.launch_channel_bias_act(dev, y._dtype, y._ptr, z_ptr, a2, bias._ptr, y.size,
+    ptxlib.launch_channel_bias_act(dev, y.dtype, y.address, z_ptr, a2, bias.address, y.size,
                                    channels, inner, activation == "relu", as_stream(stream, dev))
     return y
 
@@ -330,8 +330,8 @@ def _channel_inner(y) -> int | None:
     ``(N, C, ...)``: the spatial size when packed channels-first, 1 when packed channels-last,
     None for any other layout."""
     if y.is_c_contiguous:
-        return int(np.prod(y._shape[2:], dtype=np.int64))
-    if y.transpose(0, *range(2, len(y._shape)), 1).is_c_contiguous:
+        return int(np.prod(y.shape[2:], dtype=np.int64))
+    if y.transpose(0, *range(2, len(y.shape)), 1).is_c_contiguous:
         return 1
     return None
 
@@ -361,26 +361,26 @@ def batch_norm_relu_infer(x, scale, shift, mean, var, eps=1e-5, out=None, stream
     """
     op = "batch_norm_relu_infer"
     x = array(x, op, "x", HALF_FLOAT, stream=stream)
-    dev = x._device
-    if len(x._shape) < 2:
+    dev = x.device
+    if len(x.shape) < 2:
         raise ValueError(f"{op}: x must be (N, C, ...) with channels on axis 1, got shape "
-                         f"{x._shape}")
+                         f"{x.shape}")
     e = real(op, "eps", eps)
     if not (math.isfinite(e) and e >= 0):
         raise ValueError(f"{op}: eps must be finite and >= 0, got {eps!r}")
-    channels = x._shape[1]
+    channels = x.shape[1]
     params = []
     for name, p in (("scale", scale), ("shift", shift), ("mean", mean), ("var", var)):
         p = array(p, op, name, (F32,), ndim=1, device=dev, stream=stream)
-        if p._shape[0] != channels:
-            raise ValueError(f"{op}: {name} has {p._shape[0]} elements but x has {channels} "
-                             f"channels (axis 1 of shape {x._shape})")
+        if p.shape[0] != channels:
+            raise ValueError(f"{op}: {name} has {p.shape[0]} elements but x has {channels} "
+                             f"channels (axis 1 of shape {x.shape})")
         params.append((name, p))
     s = as_stream(stream, dev)
-    out = output(out, op, x._shape, x._dtype, dev, s, [("x", x)] + params, same_ok=True)
+    out = output(out, op, x.shape, x.dtype, dev, s, [("x", x)] + params, same_ok=True)
     n = x.size
-    inner = n // (x._shape[0] * channels) if n else 0
-    launch_elementwise(dev, f"batch_norm_relu_{suffix(x._dtype)}", n,
-                       (x._ptr, *(p._ptr for _, p in params), e, out._ptr, n, channels, inner),
+    inner = n // (x.shape[0] * channels) if n else 0
+    launch_elementwise(dev, f"batch_norm_relu_{suffix(x.dtype)}", n,
+                       (x.address, *(p.address for _, p in params), e, out.address, n, channels, inner),
                        s)
     return out

@@ -3,7 +3,7 @@ for any 2-, 4- or 8-byte element type (the kernels move bits, not values)."""
 
 from __future__ import annotations
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.stream import as_stream
 from ._common import GRID_YZ_MAX, array, output
 
@@ -11,21 +11,21 @@ __all__ = ["transpose", "nchw_to_nhwc", "nhwc_to_nchw"]
 
 
 def _batched_transpose(op, x, out_shape, batch, rows, cols, out, stream):
-    dev = x._device
+    dev = x.device
     s = as_stream(stream, dev)
-    out = output(out, op, out_shape, x._dtype, dev, s, (("x", x),), same_ok=False)
+    out = output(out, op, out_shape, x.dtype, dev, s, (("x", x),), same_ok=False)
     if batch and rows and cols:
-        name = f"transpose_b{8 * x._dtype.itemsize}"
+        name = f"transpose_b{8 * x.dtype.itemsize}"
         grid = (-(-cols // 32), min(-(-rows // 32), GRID_YZ_MAX), min(batch, GRID_YZ_MAX))
-        ptxlib.launch(dev, name, grid, (32, 8, 1), (x._ptr, out._ptr, batch, rows, cols), s)
+        ptxlib.launch(dev, name, grid, (32, 8, 1), (x.address, out.address, batch, rows, cols), s)
     return out
 
 
 def _layout_input(op, x, ndim, stream):
     x = array(x, op, "x", ndim=ndim, stream=stream)
-    item = x._dtype.itemsize
+    item = x.dtype.itemsize
     if item not in (2, 4, 8):
-        raise TypeError(f"{op}: {x._dtype} has {item}-byte elements; supported: any 2-, 4- "
+        raise TypeError(f"{op}: {x.dtype} has {item}-byte elements; supported: any 2-, 4- "
                         "or 8-byte type")
     return x
 
@@ -50,7 +50,7 @@ def transpose(x, out=None, stream=None):
     """
     op = "transpose"
     x = _layout_input(op, x, 2, stream)
-    r, c = x._shape
+    r, c = x.shape
     return _batched_transpose(op, x, (c, r), 1, r, c, out, stream)
 
 
@@ -71,7 +71,7 @@ def nchw_to_nhwc(x, out=None, stream=None):
     """
     op = "nchw_to_nhwc"
     x = _layout_input(op, x, 4, stream)
-    n, c, h, w = x._shape
+    n, c, h, w = x.shape
     return _batched_transpose(op, x, (n, h, w, c), n, c, h * w, out, stream)
 
 
@@ -86,5 +86,5 @@ def nhwc_to_nchw(x, out=None, stream=None):
     """
     op = "nhwc_to_nchw"
     x = _layout_input(op, x, 4, stream)
-    n, h, w, c = x._shape
+    n, h, w, c = x.shape
     return _batched_transpose(op, x, (n, c, h, w), n, h * w, c, out, stream)

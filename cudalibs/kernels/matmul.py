@@ -7,7 +7,7 @@ is the product to use.
 
 from __future__ import annotations
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.stream import as_stream
 from ._common import F32, GRID_YZ_MAX, array, dim, matmul_operands, output
 
@@ -20,7 +20,7 @@ def _matmul(op, name, tile, block, a, b, out, stream):
     out = output(out, op, (m, n), F32, dev, s, (("a", a), ("b", b)), same_ok=False)
     if m and n:
         grid = (-(-n // tile), min(-(-m // tile), GRID_YZ_MAX), 1)
-        ptxlib.launch(dev, name, grid, block, (a._ptr, b._ptr, out._ptr, m, n, k), s)
+        ptxlib.launch(dev, name, grid, block, (a.address, b.address, out.address, m, n, k), s)
     return out
 
 
@@ -94,19 +94,19 @@ def bmm(a, b, out=None, stream=None):
     """
     op = "bmm"
     a = array(a, op, "a", (F32,), ndim=(2, 3), stream=stream)
-    dev = a._device
+    dev = a.device
     b = array(b, op, "b", (F32,), ndim=(2, 3), device=dev, stream=stream)
-    a3, b3 = len(a._shape) == 3, len(b._shape) == 3
+    a3, b3 = len(a.shape) == 3, len(b.shape) == 3
     if not (a3 or b3):
-        raise ValueError(f"{op}: a {a._shape} and b {b._shape} are both 2-D; use "
+        raise ValueError(f"{op}: a {a.shape} and b {b.shape} are both 2-D; use "
                          "matmul_tiled, or give one operand a batch axis")
-    if a3 and b3 and a._shape[0] != b._shape[0]:
-        raise ValueError(f"{op}: batch sizes differ: a {a._shape}, b {b._shape}")
-    batch = a._shape[0] if a3 else b._shape[0]
-    m, k = a._shape[-2:]
-    k2, n = b._shape[-2:]
+    if a3 and b3 and a.shape[0] != b.shape[0]:
+        raise ValueError(f"{op}: batch sizes differ: a {a.shape}, b {b.shape}")
+    batch = a.shape[0] if a3 else b.shape[0]
+    m, k = a.shape[-2:]
+    k2, n = b.shape[-2:]
     if k != k2:
-        raise ValueError(f"{op}: inner dimensions differ: a {a._shape} @ b {b._shape}")
+        raise ValueError(f"{op}: inner dimensions differ: a {a.shape} @ b {b.shape}")
     for what, v in (("batch", batch), ("M", m), ("N", n), ("K", k)):
         dim(op, what, v)
     s = as_stream(stream, dev)
@@ -116,5 +116,5 @@ def bmm(a, b, out=None, stream=None):
         stride_a = m * k if a3 else 0
         stride_b = k * n if b3 else 0
         ptxlib.launch(dev, "bmm_f32", grid, (32, 8, 1),
-                      (a._ptr, b._ptr, out._ptr, batch, m, n, k, stride_a, stride_b, m * n), s)
+                      (a.address, b.address, out.address, batch, m, n, k, stride_a, stride_b, m * n), s)
     return out

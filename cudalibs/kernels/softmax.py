@@ -3,7 +3,7 @@ row, numerically stable (the row's maximum is subtracted first), accumulated in 
 
 from __future__ import annotations
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.stream import as_stream
 from ._common import GRID_X_MAX, HALF_FLOAT, array, output, suffix
 
@@ -12,19 +12,19 @@ __all__ = ["softmax", "log_softmax"]
 
 def _softmax(op: str, x, out, stream):
     x = array(x, op, "x", HALF_FLOAT, stream=stream)
-    dev = x._device
-    if not x._shape:
+    dev = x.device
+    if not x.shape:
         raise ValueError(f"{op}: x must have at least one dimension")
     s = as_stream(stream, dev)
-    out = output(out, op, x._shape, x._dtype, dev, s, (("x", x),), same_ok=True)
-    cols = x._shape[-1]
+    out = output(out, op, x.shape, x.dtype, dev, s, (("x", x),), same_ok=True)
+    cols = x.shape[-1]
     rows = x.size // cols if cols else 0
     if rows and cols:
         # Enough threads for about four elements each, 32 to 512 (a multiple of the warp).
         threads = 32 * min(16, max(1, -(-cols // 128)))
         grid = (min(rows, GRID_X_MAX), 1, 1)
-        ptxlib.launch(dev, f"{op}_{suffix(x._dtype)}", grid, (threads, 1, 1),
-                      (x._ptr, out._ptr, rows, cols), s)
+        ptxlib.launch(dev, f"{op}_{suffix(x.dtype)}", grid, (threads, 1, 1),
+                      (x.address, out.address, rows, cols), s)
     return out
 
 

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.array import DeviceArray, arrays_overlap, empty
 from ..driver.stream import as_stream
 from ._common import (F32, GRID_X_MAX, HALF_FLOAT, array, launch_elementwise, real, same,
@@ -91,13 +91,13 @@ def _target(x, op: str, name: str, shape, dtypes, dev, s, reads, *, same_ok: boo
     if x is None:
         return empty(shape, dtypes[0], device=dev, stream=s)
     arr = array(x, op, name, dtypes, device=dev, stream=s)
-    if (arr.size != 1) if scalar else (arr._shape != tuple(shape)):
+    if (arr.size != 1) if scalar else (arr.shape != tuple(shape)):
         want = "one element" if scalar else f"shape {tuple(shape)}"
-        raise ValueError(f"{op}: {name} must have {want}, got shape {arr._shape}")
+        raise ValueError(f"{op}: {name} must have {want}, got shape {arr.shape}")
     for other, a in reads:
         if a is not None and arrays_overlap(arr, a) and not (
-                same_ok and a._ptr == arr._ptr and a._shape == arr._shape
-                and a._dtype == arr._dtype):
+                same_ok and a.address == arr.address and a.shape == arr.shape
+                and a.dtype == arr.dtype):
             raise ValueError(f"{op}: {name} overlaps {other}")
     return arr
 
@@ -120,17 +120,17 @@ def _rows(op: str, logits, labels, stream):
     """Logits ``(..., C)`` and labels ``(...)`` checked together: ``(x, labels, rows, cols,
     device)``."""
     x = array(logits, op, "logits", HALF_FLOAT, stream=stream)
-    dev = x._device
-    if not x._shape:
+    dev = x.device
+    if not x.shape:
         raise ValueError(f"{op}: logits must have at least one dimension (classes last)")
     lab = array(labels, op, "labels", INDEX_TYPES, device=dev, stream=stream)
-    if lab._shape != x._shape[:-1]:
-        raise ValueError(f"{op}: labels has shape {lab._shape}, but logits of shape "
-                         f"{x._shape} need labels of shape {x._shape[:-1]} (one per row)")
-    cols = x._shape[-1]
+    if lab.shape != x.shape[:-1]:
+        raise ValueError(f"{op}: labels has shape {lab.shape}, but logits of shape "
+                         f"{x.shape} need labels of shape {x.shape[:-1]} (one per row)")
+    cols = x.shape[-1]
     rows = lab.size
     if rows and cols == 0:
-        raise ValueError(f"{op}: logits has no classes (shape {x._shape})")
+        raise ValueError(f"{op}: logits has no classes (shape {x.shape})")
     return x, lab, rows, cols, dev
 
 
@@ -159,8 +159,8 @@ def _by_pointer(op: str, name: str, value, dtype, dev, stream, check) -> tuple:
     arr = array(value, op, name, (dtype,), device=dev, stream=stream)
     if arr.size != 1:
         raise ValueError(f"{op}: {name} as a device array must have one element, got shape "
-                         f"{arr._shape}")
-    return 0, arr._ptr
+                         f"{arr.shape}")
+    return 0, arr.address
 
 
 def _finite(op: str, name: str, low: float | None = None):
@@ -184,10 +184,10 @@ def _hyper(op: str, name: str, value, low: float, high: float, closed_high: bool
 def _param_grad(op: str, param, grad, stream):
     """The float32 parameter and a gradient of its shape (float32, float16 or bfloat16)."""
     p = array(param, op, "param", (F32,), stream=stream)
-    dev = p._device
+    dev = p.device
     g = array(grad, op, "grad", HALF_FLOAT, device=dev, stream=stream)
-    if g._shape != p._shape:
-        raise ValueError(f"{op}: grad has shape {g._shape} but param has {p._shape}")
+    if g.shape != p.shape:
+        raise ValueError(f"{op}: grad has shape {g.shape} but param has {p.shape}")
     return p, g, dev
 
 
@@ -254,17 +254,17 @@ def cross_entropy(logits, labels, *, ignore_index=None, reduction="mean", out=No
     mean = _mean(op, reduction)
     s = as_stream(stream, dev)
     reads = [("logits", x), ("labels", lab)]
-    rl = _target(row_loss, op, "row_loss", lab._shape, (F32,), dev, s, reads)
+    rl = _target(row_loss, op, "row_loss", lab.shape, (F32,), dev, s, reads)
     reads.append(("row_loss", rl))
     loss = _target(out, op, "out", (), (F32,), dev, s, reads, scalar=True)
     reads.append(("out", loss))
     cnt = _target(count, op, "count", (), (F32,), dev, s, reads, scalar=True)
-    ls, ts = INDEX_SUFFIX[lab._dtype], suffix(x._dtype)
+    ls, ts = INDEX_SUFFIX[lab.dtype], suffix(x.dtype)
     _row_launch(dev, f"cross_entropy_forward_{ts}_{ls}", rows, cols,
-                (x._ptr, lab._ptr, rl._ptr, rows, cols, ign, has), s)
+                (x.address, lab.address, rl.address, rows, cols, ign, has), s)
     # Launched for no rows too: it writes the empty mean (NaN) and the count 0.
     ptxlib.launch(dev, f"cross_entropy_reduce_{ls}", (1, 1, 1), (_REDUCE_THREADS, 1, 1),
-                  (rl._ptr, lab._ptr, loss._ptr, cnt._ptr, rows, ign, has, int(mean)), s)
+                  (rl.address, lab.address, loss.address, cnt.address, rows, ign, has, int(mean)), s)
     return CrossEntropy(loss, rl, cnt)
 
 
@@ -316,18 +316,18 @@ def cross_entropy_backward(logits, labels, count=None, *, ignore_index=None, red
     elif count is not None:
         cnt = array(count, op, "count", (F32,), device=dev, stream=s)
         if cnt.size != 1:
-            raise ValueError(f"{op}: count must have one element, got shape {cnt._shape}")
-        cnt_ptr = cnt._ptr
+            raise ValueError(f"{op}: count must have one element, got shape {cnt.shape}")
+        cnt_ptr = cnt.address
     elif has:
         raise ValueError(f"{op}: with ignore_index the mean divides by the number of rows "
                          "counted, which only the device knows: pass count (the forward's "
                          "CrossEntropy.count)")
     elif rows:
         scale = scale / rows
-    dx = _target(out, op, "out", x._shape, (x._dtype,), dev, s,
+    dx = _target(out, op, "out", x.shape, (x.dtype,), dev, s,
                  [("logits", x), ("labels", lab)], same_ok=True)
-    _row_launch(dev, f"cross_entropy_backward_{suffix(x._dtype)}_{INDEX_SUFFIX[lab._dtype]}",
-                rows, cols, (x._ptr, lab._ptr, cnt_ptr, scale, dx._ptr, rows, cols, ign, has),
+    _row_launch(dev, f"cross_entropy_backward_{suffix(x.dtype)}_{INDEX_SUFFIX[lab.dtype]}",
+                rows, cols, (x.address, lab.address, cnt_ptr, scale, dx.address, rows, cols, ign, has),
                 s)
     return dx
 
@@ -367,8 +367,8 @@ def accuracy_count(logits, labels, out=None, *, ignore_index=None, accumulate=Fa
                       scalar=True)
     if not accumulate:
         res.fill(0, s)
-    _row_launch(dev, f"accuracy_count_{suffix(x._dtype)}_{INDEX_SUFFIX[lab._dtype]}", rows,
-                cols, (x._ptr, lab._ptr, res._ptr, rows, cols, ign, has), s)
+    _row_launch(dev, f"accuracy_count_{suffix(x.dtype)}_{INDEX_SUFFIX[lab.dtype]}", rows,
+                cols, (x.address, lab.address, res.address, rows, cols, ign, has), s)
     return res
 
 
@@ -422,8 +422,8 @@ def sgd(param, grad, momentum_buffer=None, *, lr, momentum=0.0, weight_decay=0.0
     _disjoint(op, (("param", p), ("grad", g), ("momentum_buffer", buf)))
     s = as_stream(stream, dev)
     n = p.size
-    launch_elementwise(dev, f"sgd_{suffix(g._dtype)}", n,
-                       (p._ptr, g._ptr, 0 if buf is None else buf._ptr, n, rate, rate_ptr, mom,
+    launch_elementwise(dev, f"sgd_{suffix(g.dtype)}", n,
+                       (p.address, g.address, 0 if buf is None else buf.address, n, rate, rate_ptr, mom,
                         wd), s)
     return p
 
@@ -495,16 +495,16 @@ def adamw(param, grad, exp_avg, exp_avg_sq, *, step, lr, betas=(0.9, 0.999), eps
     copy = None
     if param_copy is not None:
         copy = array(param_copy, op, "param_copy", COPY_TYPES, device=dev, stream=stream)
-        if copy._shape != p._shape:
-            raise ValueError(f"{op}: param_copy has shape {copy._shape} but param has "
-                             f"{p._shape}")
+        if copy.shape != p.shape:
+            raise ValueError(f"{op}: param_copy has shape {copy.shape} but param has "
+                             f"{p.shape}")
     _disjoint(op, (("param", p), ("grad", g), ("exp_avg", m), ("exp_avg_sq", v),
                    ("param_copy", copy)))
     s = as_stream(stream, dev)
     n = p.size
-    csuf = "bf16" if copy is None else suffix(copy._dtype)
-    launch_elementwise(dev, f"adamw_{suffix(g._dtype)}_{csuf}", n,
-                       (p._ptr, g._ptr, m._ptr, v._ptr, 0 if copy is None else copy._ptr, n,
+    csuf = "bf16" if copy is None else suffix(copy.dtype)
+    launch_elementwise(dev, f"adamw_{suffix(g.dtype)}_{csuf}", n,
+                       (p.address, g.address, m.address, v.address, 0 if copy is None else copy.address, n,
                         rate, rate_ptr, b1, b2, e, wd, t, t_ptr), s)
     return p
 
@@ -528,13 +528,13 @@ def step_increment(step, by=1, stream=None):
     op = "step_increment"
     c = array(step, op, "step", (I32,), stream=stream)
     if c.size != 1:
-        raise ValueError(f"{op}: step must have one element, got shape {c._shape}")
+        raise ValueError(f"{op}: step must have one element, got shape {c.shape}")
     if isinstance(by, (bool, np.bool_)) or not isinstance(by, (int, np.integer)) or \
             not -(1 << 31) <= int(by) < (1 << 31):
         raise ValueError(f"{op}: by must be an int32 value, got {by!r}")
-    dev = c._device
+    dev = c.device
     ptxlib.launch(dev, "step_increment_i32", (1, 1, 1), (32, 1, 1),
-                  (c._ptr, int(by) & 0xFFFFFFFF), as_stream(stream, dev))
+                  (c.address, int(by) & 0xFFFFFFFF), as_stream(stream, dev))
     return c
 
 
@@ -563,17 +563,17 @@ def embedding(weight, ids, out=None, stream=None):
     """
     op = "embedding"
     w = array(weight, op, "weight", HALF_FLOAT, ndim=2, stream=stream)
-    dev = w._device
+    dev = w.device
     idx = array(ids, op, "ids", INDEX_TYPES, device=dev, stream=stream)
-    vocab, dim = w._shape
+    vocab, dim = w.shape
     s = as_stream(stream, dev)
-    res = _target(out, op, "out", idx._shape + (dim,), (w._dtype,), dev, s,
+    res = _target(out, op, "out", idx.shape + (dim,), (w.dtype,), dev, s,
                   [("weight", w), ("ids", idx)])
     n = idx.size
     if n and dim:
-        ptxlib.launch(dev, f"embedding_{suffix(w._dtype)}_{INDEX_SUFFIX[idx._dtype]}",
+        ptxlib.launch(dev, f"embedding_{suffix(w.dtype)}_{INDEX_SUFFIX[idx.dtype]}",
                       (min(n, GRID_X_MAX), 1, 1), _dim_block(dim),
-                      (w._ptr, idx._ptr, res._ptr, n, dim, vocab), s)
+                      (w.address, idx.address, res.address, n, dim, vocab), s)
     return res
 
 
@@ -606,16 +606,16 @@ def embedding_backward(dy, ids, num_embeddings=None, *, out=None, accumulate=Fal
     """
     op = "embedding_backward"
     g = array(dy, op, "dy", HALF_FLOAT, stream=stream)
-    dev = g._device
+    dev = g.device
     idx = array(ids, op, "ids", INDEX_TYPES, device=dev, stream=stream)
-    if g._shape[:-1] != idx._shape or not g._shape:
-        raise ValueError(f"{op}: dy must have shape ids.shape + (dim,) = {idx._shape} + (dim,),"
-                         f" got {g._shape}")
-    dim = g._shape[-1]
+    if g.shape[:-1] != idx.shape or not g.shape:
+        raise ValueError(f"{op}: dy must have shape ids.shape + (dim,) = {idx.shape} + (dim,),"
+                         f" got {g.shape}")
+    dim = g.shape[-1]
     if num_embeddings is None:
         if out is None:
             raise ValueError(f"{op}: needs num_embeddings or out")
-        num_embeddings = array(out, op, "out", (F32,), device=dev, stream=stream)._shape[0]
+        num_embeddings = array(out, op, "out", (F32,), device=dev, stream=stream).shape[0]
     if isinstance(num_embeddings, (bool, np.bool_)) or \
             not isinstance(num_embeddings, (int, np.integer)) or num_embeddings < 0:
         raise ValueError(f"{op}: num_embeddings must be an int >= 0, got {num_embeddings!r}")
@@ -628,9 +628,9 @@ def embedding_backward(dy, ids, num_embeddings=None, *, out=None, accumulate=Fal
         res.fill(0, s)
     n = idx.size
     if n and dim:
-        ptxlib.launch(dev, f"embedding_backward_{suffix(g._dtype)}_{INDEX_SUFFIX[idx._dtype]}",
+        ptxlib.launch(dev, f"embedding_backward_{suffix(g.dtype)}_{INDEX_SUFFIX[idx.dtype]}",
                       (min(n, GRID_X_MAX), 1, 1), _dim_block(dim),
-                      (g._ptr, idx._ptr, res._ptr, n, dim, vocab), s)
+                      (g.address, idx.address, res.address, n, dim, vocab), s)
     return res
 
 
@@ -658,20 +658,20 @@ def global_avg_pool(x, out=None, stream=None):
     """
     op = "global_avg_pool"
     a = array(x, op, "x", HALF_FLOAT, stream=stream)
-    if len(a._shape) < 3:
+    if len(a.shape) < 3:
         raise ValueError(f"{op}: x must be (N, C, *spatial) with at least one spatial "
-                         f"dimension, got shape {a._shape}")
-    dev = a._device
+                         f"dimension, got shape {a.shape}")
+    dev = a.device
     s = as_stream(stream, dev)
-    rows = a._shape[0] * a._shape[1]
+    rows = a.shape[0] * a.shape[1]
     inner = a.size // rows if rows else 0
     if rows and not inner:
-        raise ValueError(f"{op}: x has no spatial positions to average (shape {a._shape})")
-    res = _target(out, op, "out", a._shape[:2], (a._dtype,), dev, s, [("x", a)])
+        raise ValueError(f"{op}: x has no spatial positions to average (shape {a.shape})")
+    res = _target(out, op, "out", a.shape[:2], (a.dtype,), dev, s, [("x", a)])
     if rows:
         blocks = min(-(-rows // _POOL_WARPS), GRID_X_MAX)
-        ptxlib.launch(dev, f"global_avg_pool_{suffix(a._dtype)}", (blocks, 1, 1),
-                      (32 * _POOL_WARPS, 1, 1), (a._ptr, res._ptr, rows, inner), s)
+        ptxlib.launch(dev, f"global_avg_pool_{suffix(a.dtype)}", (blocks, 1, 1),
+                      (32 * _POOL_WARPS, 1, 1), (a.address, res.address, rows, inner), s)
     return res
 
 
@@ -695,23 +695,23 @@ def global_avg_pool_backward(dy, x_shape=None, *, out=None, stream=None):
     """
     op = "global_avg_pool_backward"
     g = array(dy, op, "dy", HALF_FLOAT, ndim=2, stream=stream)
-    dev = g._device
+    dev = g.device
     if x_shape is None:
         if out is None:
             raise ValueError(f"{op}: needs x_shape or out")
-        x_shape = array(out, op, "out", (g._dtype,), device=dev, stream=stream)._shape
+        x_shape = array(out, op, "out", (g.dtype,), device=dev, stream=stream).shape
     try:
         xs = tuple(int(v) for v in x_shape)
     except TypeError:
         raise TypeError(f"{op}: x_shape must be a sequence of ints, not {x_shape!r}") from None
-    if len(xs) < 3 or xs[:2] != g._shape or min(xs) < 0:
-        raise ValueError(f"{op}: x_shape must be (N, C, *spatial) with (N, C) = {g._shape}, "
+    if len(xs) < 3 or xs[:2] != g.shape or min(xs) < 0:
+        raise ValueError(f"{op}: x_shape must be (N, C, *spatial) with (N, C) = {g.shape}, "
                          f"got {xs}")
     s = as_stream(stream, dev)
-    res = _target(out, op, "out", xs, (g._dtype,), dev, s, [("dy", g)])
+    res = _target(out, op, "out", xs, (g.dtype,), dev, s, [("dy", g)])
     n = res.size
     inner = n // g.size if g.size else 0
     if n:
-        launch_elementwise(dev, f"global_avg_pool_backward_{suffix(g._dtype)}", n,
-                           (g._ptr, res._ptr, n, inner), s)
+        launch_elementwise(dev, f"global_avg_pool_backward_{suffix(g.dtype)}", n,
+                           (g.address, res.address, n, inner), s)
     return res

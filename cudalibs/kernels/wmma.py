@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..driver import ptxlib
+from ..runtime import ptxlib
 from ..driver.stream import as_stream
 from ._common import F16, F32, GRID_YZ_MAX, matmul_operands, output
 
@@ -56,5 +56,5 @@ def wmma_gemm(a, b, out=None, out_dtype=np.float32, stream=None):
     if m and n:
         grid = (-(-n // 64), min(-(-m // 64), GRID_YZ_MAX), 1)
         name = "wmma_gemm_f16_f32" if odt == F32 else "wmma_gemm_f16_f16"
-        ptxlib.launch(dev, name, grid, (128, 1, 1), (a._ptr, b._ptr, out._ptr, m, n, k), s)
+        ptxlib.launch(dev, name, grid, (128, 1, 1), (a.address, b.address, out.address, m, n, k), s)
     return out

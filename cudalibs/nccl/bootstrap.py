@@ -19,9 +19,9 @@ Both also pick this rank's GPU when none is given: its index among the ranks of 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 
+from .. import _env
 from ..driver.device import Device, device_count
 from ..errors import CudaLibsError
 from . import _base, _lib
@@ -32,12 +32,6 @@ __all__ = ["UniqueId", "from_store", "from_mpi", "local_rank_from_env", "default
 
 #: The store key :func:`from_store` uses unless told otherwise.
 DEFAULT_STORE_KEY = "cudalibs/nccl/uid"
-
-# Variables through which launchers tell a process its index on its node, most common first
-# (torchrun, Open MPI, MVAPICH, Intel MPI, PMI, Slurm).
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-                    "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID")
-
 
 class UniqueId:
     """The name of one communicator (``ncclUniqueId``): 128 opaque bytes.
@@ -120,11 +114,7 @@ class UniqueId:
 # -- choosing this rank's GPU -------------------------------------------------------------------
 def local_rank_from_env() -> int | None:
     """This process's index among the ranks of its node, as the launcher says it, or None."""
-    for var in _LOCAL_RANK_VARS:
-        value = os.environ.get(var)
-        if value is not None and value.strip().isdigit():
-            return int(value)
-    return None
+    return _env.local_rank()
 
 
 def default_device(local_rank: int) -> Device:

@@ -3,6 +3,7 @@ differences; the graph builders it needs and the attention graphs finalized by t
 library (host-side in cuDNN 9); the plan's problem, keys and every bad input refused before
 any C call."""
 
+import importlib
 import itertools
 
 import numpy as np
@@ -10,15 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import cudalibs
 from cudalibs import dtypes
+from cudalibs.cudnn import _base
 from cudalibs.cudnn import _lib as T
-from cudalibs.cudnn import attention as A
-from cudalibs.cudnn import attention_graph as AG
-from cudalibs.cudnn import conv_plan
-from cudalibs.cudnn import graph as G
+from cudalibs.cudnn import backend as G
+from cudalibs.cudnn.attention import lower as AG
+from cudalibs.cudnn.attention import plan as AP
+from cudalibs.runtime import front
+from cudalibs.runtime.options import SDPA_BACKWARD_LOWERINGS, SDPA_LOWERINGS
 from cudalibs.driver.array import DeviceArray
 from cudalibs.errors import CudaLibsError
 from cudalibs.testing.ref import _attention as R
+
+# The package's ``sdpa`` is the function; the module of the plans is reached by its path.
+A = importlib.import_module("cudalibs.cudnn.attention.sdpa")
 
 F16 = np.dtype(np.float16)
 BF16 = dtypes.bfloat16
@@ -28,7 +35,7 @@ BF16 = dtypes.bfloat16
 def _forget_fake_devices():
     """Keys built here use a stand-in device; never let its environment leak."""
     yield
-    conv_plan._env_of.clear()
+    _base._env_of.clear()
 
 
 # -- the references ---------------------------------------------------------------------------------
@@ -234,7 +241,7 @@ def _spec(b=2, hq=4, hkv=2, sq=64, skv=96, d=64, dv=64, causal=False, bias=False
     else:
         qs, ks, vs = _packed((b, hq, sq, d)), _packed((b, hkv, skv, d)), \
             _packed((b, hkv, skv, dv))
-    os_ = A._like(qs, (b, hq, sq, dv))
+    os_ = AP.like(qs, (b, hq, sq, dv))
     bb = ((1, hq, sq, skv), _packed((1, hq, sq, skv))) if bias else None
     return AG.Spec(F16, b, hq, hkv, sq, skv, d, dv, qs, ks, vs, os_, 0.125, causal, bb, padding,
                    dropout, by_value, stats, dump, backward, os_, qs, ks, vs)
@@ -269,8 +276,10 @@ def test_composite_graphs_finalize_with_the_tensors_they_bind(opts):
 
 
 def test_lowerings_each_plan_draws_from():
-    assert tuple(A.SdpaPlan._builders) == A.GRAPHS
-    assert tuple(A.SdpaBackwardPlan._builders) == A.BACKWARD_GRAPHS
+    # by default, every lowering each plan has
+    assert tuple(A.SdpaPlan._builders) == SDPA_LOWERINGS == cudalibs.Options().sdpa_lowerings
+    assert tuple(A.SdpaBackwardPlan._builders) == SDPA_BACKWARD_LOWERINGS == \
+        cudalibs.Options().sdpa_backward_lowerings
     dp = AG.backward_graph_dp(_spec(backward=True))
     assert dp.kind == "composite_dp" and dp.graph.finalized
     assert "dq_accum" not in dp.slots and {"dq", "softmax_sum"} <= set(dp.slots)
@@ -296,7 +305,7 @@ def test_aux_bytes_and_run_layout():
 
     low = AG.Lowered(None, "composite", ("q", "softmax_sum", "dq_accum", "scale"), (1, 17, 16, 20),
                      {"scale": AG.ctypes.c_float(0.5)})
-    run = A._Run(_P(), low, {"softmax_sum": rows, "dq_accum": acc})
+    run = AP.Run(_P(), low, {"softmax_sum": rows, "dq_accum": acc})
     assert run.aux == {"softmax_sum": 1024, "dq_accum": 1024 + rows}
     assert run.workspace == 1024 + rows + acc
     ptrs = run.pointers({"q": 0x1000}, 0x100000)
@@ -342,7 +351,7 @@ def test_plan_problem_from_strides():
     assert sp.scale == pytest.approx(1 / 8) and sp.causal and sp.stats
     assert "not planned" in repr(plan) and "hq8 hkv2" in repr(plan)
     key = plan._tuning_key()
-    assert key["spec"]["dtype"] == "float16" and key["graphs"] == list(A.GRAPHS)
+    assert key["spec"]["dtype"] == "float16" and key["graphs"] == list(SDPA_LOWERINGS)
     bp = A.SdpaBackwardPlan(q, k, k, q, q, causal=True)
     assert bp.spec.dk_strides == sp.k_strides and bp.spec.backward
     assert "backward" in repr(bp)
@@ -353,12 +362,14 @@ def test_plan_problem_from_strides():
 
 def test_one_shot_keys_name_their_fields():
     q = _fake((2, 4, 64, 64))
-    key = (A.SDPA_KEY, 0, q._dtype, q._shape, q._strides, q._shape, q._strides, q._shape,
-           q._strides, None, *A._common_key(None, None, True, None, None, 0.0, None), True,
-           "env")
+    key = (A.SDPA_KEY, 0, q.dtype, q.shape, q.strides, q.shape, q.strides, q.shape,
+           q.strides, None, *A._common_key(None, None, True, None, None, 0.0, None), True,
+           SDPA_LOWERINGS, False, "env")
+    A.SDPA_KEY.check(key)
     named = A.SDPA_KEY.named(key)
     assert named["causal"] is True and named["training"] is True and named["padding"] is False
-    assert named["q_strides"] == q._strides and named["seed_by_value"] is True
+    assert named["q_strides"] == q.strides and named["seed_by_value"] is True
+    assert named["lowerings"] == SDPA_LOWERINGS and named["autotune"] is False
     k2 = A._common_key(None, 0.5, False, [1], [1], 0.1, (_fake((1,), np.int64),) * 2)
     assert dict(zip(A._COMMON, k2))["seed_by_value"] is False
     assert len(A.SDPA_BACKWARD_KEY.fields) == len(set(A.SDPA_BACKWARD_KEY.fields))
@@ -366,6 +377,44 @@ def test_one_shot_keys_name_their_fields():
 
 Q = (2, 4, 64, 64)
 K = (2, 2, 80, 64)
+
+
+class _Stop(Exception):
+    """Raised by the stand-in insert below: planning would need a GPU."""
+
+
+def test_one_shot_keys_and_plans_follow_the_options_in_force(monkeypatch):
+    # What the one-shots hand to the one front on a miss, stopped before any planning.
+    seen = []
+
+    def insert(key, plan, prepare):
+        seen.append((key, plan, prepare))
+        raise _Stop
+
+    monkeypatch.setattr(front, "insert", insert)
+    q, k, v = _qkv()
+    o = _fake(Q)
+    stats = _fake((2, 4, 64, 1), np.float32)
+    for scope in ({}, {"sdpa_lowerings": "composite", "sdpa_autotune": True,
+                       "sdpa_backward_lowerings": ("composite_dp",)}):
+        with cudalibs.option_context(**scope):
+            with pytest.raises(_Stop):
+                A.sdpa(q, k, v)
+            with pytest.raises(_Stop):
+                A.sdpa_backward(q, k, v, o, o, stats)
+    (fk, fp, fprep), (bk, bp, bprep), (fk2, fp2, fprep2), (bk2, bp2, bprep2) = seen
+    named = [kind.named(key) for kind, key in ((A.SDPA_KEY, fk), (A.SDPA_BACKWARD_KEY, bk),
+                                               (A.SDPA_KEY, fk2), (A.SDPA_BACKWARD_KEY, bk2))]
+    assert [(n["lowerings"], n["autotune"]) for n in named] == [
+        (SDPA_LOWERINGS, False), (SDPA_BACKWARD_LOWERINGS, False),
+        (("composite",), True), (("composite_dp",), True)]
+    # plans made under different options never stand in for each other
+    assert fk != fk2 and bk != bk2
+    assert (fp._graphs, bp._graphs, fp2._graphs, bp2._graphs) == (
+        SDPA_LOWERINGS, SDPA_BACKWARD_LOWERINGS, ("composite",), ("composite_dp",))
+    # untuned: the heuristics' first choice, one candidate; tuned: every candidate, timed
+    assert fprep is front.PLAN and bprep is front.PLAN and fp._max == 1
+    assert fprep2 is not front.PLAN and bprep2 is not front.PLAN and fp2._max > 1
 
 
 def _qkv(q=Q, k=K, v=None, dtype=F16):
@@ -455,7 +504,7 @@ def test_size_one_dimensions_keep_or_get_a_stride_and_match_any():
     assert plan.spec.k_strides == (96 * 64, 64, 64, 1)
     other = _fake(k.shape, F16, (96 * 64 * 2, 0, 128, 2))     # the head stride never stepped
     plan._match("op", other, "k", k.shape, plan.spec.k_strides, F16)
-    assert A._same_steps(A._elem_strides(_fake(k.shape), "k", "op"), plan.spec.k_strides,
+    assert AP.same_steps(AP.elem_strides(_fake(k.shape), "k", "op"), plan.spec.k_strides,
                          k.shape)                    # one head: [b, h, s, d] is the same memory
     with pytest.raises(ValueError, match="element strides"):
         plan._match("op", _fake(k.shape, F16, (96 * 256, 256, 256, 2)), "k", k.shape,

@@ -18,8 +18,9 @@ from test_cudnn import _DEV   # the stand-in device of the cuDNN CPU tests
 
 from cudalibs import dtypes
 from cudalibs.cudnn import norm
+from cudalibs.cudnn.norm import batch as bn
 from cudalibs.driver.array import DeviceArray
-from cudalibs.driver.plan import cache
+from cudalibs.runtime.cache import cache
 from cudalibs.errors import CudnnError
 
 NOT_SUPPORTED = 3000
@@ -76,7 +77,7 @@ def _alloc(out, shape, dtype, channels_last, dev, s, name="out", strides=None, o
     if out is not None:
         return out
     dt = dtypes.lookup(dtype)
-    st = tuple(v * dt.itemsize for v in norm.packed_strides(shape, channels_last)) \
+    st = tuple(v * dt.itemsize for v in bn.packed_strides(shape, channels_last)) \
         if len(shape) >= 3 else tuple(int(np.prod(shape[i + 1:])) * dt.itemsize
                                        for i in range(len(shape)))
     return DeviceArray._view(next(_ptrs), tuple(shape), st, dt, dev, None, None)
@@ -84,12 +85,12 @@ def _alloc(out, shape, dtype, channels_last, dev, s, name="out", strides=None, o
 
 @pytest.fixture()
 def lib(monkeypatch):
-    fake = _FakeCudnn(norm._lib.get())
-    monkeypatch.setattr(norm._lib, "get", lambda: fake)
-    monkeypatch.setattr(norm, "handle_for", lambda dev, stream: _Handle())
-    monkeypatch.setattr(norm, "workspace", lambda dev, stream, n: (WS_PTR, n))
-    monkeypatch.setattr(norm, "output", _alloc)
-    monkeypatch.setattr(norm, "empty", lambda shape, dtype, device, stream:
+    fake = _FakeCudnn(bn._lib.get())
+    monkeypatch.setattr(bn._lib, "get", lambda: fake)
+    monkeypatch.setattr(bn, "handle_for", lambda dev, stream: _Handle())
+    monkeypatch.setattr(bn, "workspace", lambda dev, stream, n: (WS_PTR, n))
+    monkeypatch.setattr(bn, "output", _alloc)
+    monkeypatch.setattr(bn, "empty", lambda shape, dtype, device, stream:
                         _alloc(None, shape, dtype, False, device, stream))
     yield fake
     cache.clear(norm.BATCH_NORM_KEY.name)
@@ -117,7 +118,7 @@ def test_ex_forward_and_backward_with_the_reserve(lib):
     assert f"backward: Ex, workspace {2 * WS} B" in r and "persistent" in r
     state = plan.execute(x, g, b, eps=1e-3)
     (call,) = lib.named("cudnnBatchNormalizationForwardTrainingEx")
-    assert call[1] == norm._lib.CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+    assert call[1] == bn._lib.CUDNN_BATCHNORM_SPATIAL_PERSISTENT
     assert call[6] == x._ptr and call[10] == state.y._ptr and call[12:14] == (g._ptr, b._ptr)
     assert call[-7:-5] == (state.save_mean._ptr, state.save_inv_std._ptr)
     assert call[-4:-2] == (WS_PTR, WS) and call[-2] == state.reserve._ptr
@@ -189,7 +190,7 @@ def test_inference_and_the_one_shots_share_the_cached_plan(lib):
     m, v = _arr((8,)), _arr((8,))
     y = norm.batch_norm_infer(x, g, b, m, v, eps=1e-3)
     (call,) = lib.named("cudnnBatchNormalizationForwardInference")
-    assert call[1] == norm._lib.CUDNN_BATCHNORM_SPATIAL      # inference: the plain mode
+    assert call[1] == bn._lib.CUDNN_BATCHNORM_SPATIAL      # inference: the plain mode
     assert call[5] == x._ptr and call[7] == y._ptr and call[9:13] == (g._ptr, b._ptr, m._ptr,
                                                                       v._ptr)
     state = norm.batch_norm_train(x, g, b)

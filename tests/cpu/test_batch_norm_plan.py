@@ -8,7 +8,8 @@ import pytest
 from test_cudnn import _Other, _fake   # the stand-in device arrays of the cuDNN CPU tests
 
 from cudalibs.cudnn import norm
-from cudalibs.driver.plan import Plan, cache
+from cudalibs.runtime.plan import Plan
+from cudalibs.runtime.cache import cache
 from cudalibs.errors import ClosedError
 
 
@@ -72,6 +73,17 @@ def test_one_value_per_channel_is_fine_for_inference():
     plan = norm.BatchNormPlan(_fake((1, 3, 1, 1)), training=False)
     assert not plan.training
     plan.close()
+
+
+def test_training_none_trains_where_the_data_allows_it():
+    # The one-shots' plans: one plan serves training, inference and backward of a problem,
+    # and a problem of one value per channel can only be inferred.
+    with norm.BatchNormPlan(_fake((4, 3, 5, 5)), training=None) as plan:
+        assert plan.training and "training" in repr(plan)
+    with norm.BatchNormPlan(_fake((1, 3, 1, 1)), training=None) as plan:
+        assert not plan.training and "inference" in repr(plan)
+    with pytest.raises(ValueError, match="more than one value"):
+        norm.BatchNormPlan(_fake((1, 3, 1, 1)), training=True)
 
 
 def test_execute_checks_before_any_c_call():

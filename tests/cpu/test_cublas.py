@@ -30,6 +30,7 @@ from cudalibs.driver.device import Device
 
 # The module, not the function the package re-exports under the same name.
 gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+batched_mod = importlib.import_module("cudalibs.cublas.batched")
 
 N_, T_ = _lib.CUBLAS_OP_N, _lib.CUBLAS_OP_T
 
@@ -368,8 +369,10 @@ def _no_library_calls(monkeypatch):
 
     monkeypatch.setattr(gemm_mod, "thread_handle", boom)
     monkeypatch.setattr(gemm_mod, "empty", boom)
+    monkeypatch.setattr(batched_mod, "cublas_handle", boom)
+    monkeypatch.setattr(batched_mod, "empty", boom)
     yield
-    gemm_mod.clear_algo_cache()
+    batched_mod.clear_algo_cache()
 
 
 @pytest.mark.parametrize("a, b, kwargs, match", [

@@ -20,13 +20,14 @@ from cudalibs import cublas
 from cudalibs import dtypes as _dtypes
 from cudalibs.cublas import _lib, handle as handle_mod
 from cudalibs.driver import _lib as drv_lib
-from cudalibs.driver._handles import Handle
+from cudalibs.runtime.handles import Handle
 from cudalibs.driver.array import DeviceArray
 from cudalibs.driver.device import Device
-from cudalibs.driver.plan import cache as plan_cache
+from cudalibs.runtime.cache import cache as plan_cache
 
 gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
 lt_mod = importlib.import_module("cudalibs.cublas.lt")
+matmul_mod = importlib.import_module("cudalibs.cublas.matmul")
 N_, T_ = _lib.CUBLAS_OP_N, _lib.CUBLAS_OP_T
 
 
@@ -114,7 +115,17 @@ class _FakeLt:
 
 
 class _FakeDriver:
+    """The driver calls the wrappers make on their hot paths.  It is a driver older than
+    CUDA 12.4 (no ``cuFuncGetParamInfo``), so a repeated call shape is refused a recorded
+    relaunch and every call reaches the recorders below."""
+
+    missing = frozenset({"cuFuncGetParamInfo"})
+
     def cuCtxSetCurrent(self, ctx):
+        return 0
+
+    def cuStreamIsCapturing(self, stream, status):
+        status._obj.value = 0           # CU_STREAM_CAPTURE_STATUS_NONE
         return 0
 
 
@@ -132,17 +143,20 @@ def fakes(monkeypatch):
     h = Handle(_lib.cublasHandle_t(), dev, None)
     h.stream = 0
     monkeypatch.setattr(handle_mod._tls, "cublas", {dev: h}, raising=False)
+    monkeypatch.setattr(lt_mod, "lt_handle", lambda d, stream=None: _lib.cublasLtHandle_t())
     for mod in (lt_mod, gemm_mod):
-        monkeypatch.setattr(mod, "lt_handle", lambda d: _lib.cublasLtHandle_t())
         monkeypatch.setattr(mod, "workspace", lambda d, s: 0x5000_0000)
     # These tests check what reaches cublasGemmEx; the cuBLASLt route has its own test.
     old = cublas.set_gemm_backend("cublas")
-    gemm_mod.clear_algo_cache()
-    lt_mod.clear_plan_cache()
+    # Relaunches on, as by default, whatever the environment of this run says.
+    relaunch = cudalibs.set_options(relaunch=True).relaunch
+    cublas.clear_algo_cache()
+    matmul_mod.clear_plan_cache()
     yield dev, blas, lt
+    cudalibs.set_options(relaunch=relaunch)
     cublas.set_gemm_backend(old)
-    gemm_mod.clear_algo_cache()
-    lt_mod.clear_plan_cache()
+    cublas.clear_algo_cache()
+    matmul_mod.clear_plan_cache()
 
 
 _next = [1 << 32]
@@ -198,6 +212,13 @@ def test_gemm_reuses_plan(fakes):
     assert len(blas.cublasGemmEx.calls) == 3
     entries = [e for e in plan_cache.entries("gemm") if e.key["a_shape"] == (8, 8)]
     assert len(entries) == 1 and entries[0].key["out_strides"] == out.strides
+    # The second call tried to record the call shape for relaunching; this driver cannot,
+    # so the shape is refused, with the reason, and every call stays a library call.
+    info = entries[0].plan.relaunch_info()
+    assert (info["recorded"], info["refused"], info["pending"]) == (0, 1, 0)
+    assert [r for r in info["reasons"] if "cuFuncGetParamInfo" in r]
+    plan = entries[0].plan.plan()        # the one-shot path runs the default unplanned
+    assert "relaunch: 1 refused" in repr(plan)
 
 
 def test_gemm_int8_and_complex(fakes):
@@ -336,10 +357,75 @@ def test_lt_execute_validates(fakes):
     with pytest.raises(ValueError, match="strides"):
         plan.execute(a, b, out=_arr(dev, (8, 16))[:, :8], bias=_arr(dev, (8,)))
     with pytest.raises(ValueError, match="aligned"):
-        plan.execute(a, b, out=_arr(dev, (8, 8)), bias=_arr(dev, (8,), ptr=(1 << 40) + 4))
+        plan.execute(a, b, out=_arr(dev, (8, 8), ptr=(1 << 40) + 4), bias=_arr(dev, (8,)))
     with pytest.raises(ValueError, match="same memory"):
         plan.execute(a, b, out=_arr(dev, (8, 8), ptr=a.ptr), bias=_arr(dev, (8,)))
     plan.free()
+
+
+class _Staged:
+    """What ``empty`` returns for a staged bias: an aligned address, and its copies kept."""
+
+    def __init__(self, events, shape, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.address = (1 << 44) + 0x100
+        self.events = events
+
+    def copy_(self, src, stream=None):
+        self.events.append(("into staged", src))
+        return self
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "drelu_bgrad"])
+def test_lt_misaligned_bias_is_staged_through_an_aligned_copy(fakes, monkeypatch, epilogue):
+    """cuBLASLt refuses some epilogue vectors below BIAS_ALIGN, so such a bias is read from
+    (or, for a bias gradient, written to and then copied from) an aligned copy."""
+    dev, _, lt = fakes
+    assert lt_mod.BIAS_ALIGN == 16
+    events = []
+    monkeypatch.setattr(lt_mod, "empty",
+                        lambda shape, dtype, **kw: _Staged(events, shape, dtype))
+    monkeypatch.setattr(DeviceArray, "copy_",
+                        lambda self, src, stream=None: events.append(("back", self, src)))
+    real = lt.cublasLtMatmul
+
+    def matmul_call(*args):
+        events.append(("matmul", plan._desc.get("bias_pointer")))
+        return real(*args)
+
+    lt.cublasLtMatmul = matmul_call      # before the plan is made: it keeps the entry point
+    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
+    plan = cublas.Matmul(a, b, epilogue=epilogue).plan()
+    aux = None if plan.aux_shape is None else _arr(dev, plan.aux_shape, plan._aux_dtype)
+    out = _arr(dev, (8, 8))
+    aligned = _arr(dev, (8,))
+    plan.execute(a, b, out=out, bias=aligned, aux=aux)
+    assert events == [("matmul", aligned.ptr)]          # aligned: used as it is
+    events.clear()
+    bias = _arr(dev, (8,), ptr=(1 << 40) + 4)
+    plan.execute(a, b, out=out, bias=bias, aux=aux)
+    staged_at = (1 << 44) + 0x100
+    if epilogue == "bias":
+        assert events == [("into staged", bias), ("matmul", staged_at)]
+    else:       # the gradient is written to the aligned copy, then copied into the caller's
+        ((what, dst, src),) = [e for e in events if e[0] == "back"]
+        assert events[0] == ("matmul", staged_at) and events[1][0] == "back"
+        assert dst is bias and isinstance(src, _Staged) and len(events) == 2
+    plan.close()
+
+
+def test_matmul_keys_bias_alignment_up_to_bias_align(fakes, monkeypatch):
+    """Bias alignments at or above BIAS_ALIGN share one plan; a less aligned bias gets its
+    own entry (it is staged), and neither lowers the plan's operand alignment."""
+    dev, _, lt = fakes
+    monkeypatch.setattr(lt_mod, "empty", lambda shape, dtype, **kw: _Staged([], shape, dtype))
+    a, b, out = _arr(dev, (8, 16)), _arr(dev, (16, 8)), _arr(dev, (8, 8))
+    for ptr in ((1 << 40) + 256, (1 << 40) + 16, (1 << 40) + 4, (1 << 40) + 8):
+        cublas.matmul(a, b, out=out, bias=_arr(dev, (8,), ptr=ptr))
+    entries = plan_cache.entries("cublaslt_matmul")
+    assert sorted(e.key["bias_align"] for e in entries) == [4, 8, lt_mod.BIAS_ALIGN]
+    assert all(e.plan._align == 256 for e in entries)
+    assert lt.heuristic_calls == 3
 
 
 def test_gemm_lt_route_uses_the_prepared_algorithm(fakes):
@@ -350,6 +436,12 @@ def test_gemm_lt_route_uses_the_prepared_algorithm(fakes):
         assert cublas.gemm(a, b, out) is out
     assert lt.heuristic_calls == 1 and blas.cublasGemmEx.calls == []
     assert len(lt.cublasLtMatmul.calls) == 3
+    # The cuBLASLt route is a Matmul plan owned by the GEMM plan; its call shape (the
+    # choice, c is out) is refused a relaunch by this driver and stays a library call.
+    (e,) = plan_cache.entries("gemm")
+    route = e.plan.lt
+    assert isinstance(route, cublas.Matmul) and route.relaunches in e.plan.relaunch_slots()
+    assert "cuFuncGetParamInfo" in route.relaunches.state((route.choice, True))
     call = lt.cublasLtMatmul.calls[-1]
     assert (call[3], call[5], call[8], call[10]) == (b.ptr, a.ptr, out.ptr, out.ptr)
     # a 4-byte aligned view goes through cublasGemmEx; so does an explicit algorithm
@@ -380,8 +472,6 @@ def test_shared_plan_bias_pointer_is_per_call(fakes):
     import threading
 
     dev, _, lt = fakes
-    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
-    plan = cublas.Matmul(a, b, epilogue="bias").plan()
     seen = []
     real = lt.cublasLtMatmul
 
@@ -389,7 +479,9 @@ def test_shared_plan_bias_pointer_is_per_call(fakes):
         seen.append((args[10].value, plan._desc.get("bias_pointer")))
         return real(*args)
 
-    lt.cublasLtMatmul = record
+    lt.cublasLtMatmul = record          # before the plan is made: it keeps the entry point
+    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
+    plan = cublas.Matmul(a, b, epilogue="bias").plan()
     outs = [_arr(dev, (8, 8)) for _ in range(8)]
     biases = {o.ptr: _arr(dev, (8,)) for o in outs}
 

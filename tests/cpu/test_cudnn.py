@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudalibs import dtypes
-from cudalibs.cudnn import _lib, conv, conv_legacy, conv_plan, descriptors as D
+from cudalibs.cudnn import _base, _lib, conv, descriptors as D
+from cudalibs.cudnn.conv import legacy as conv_legacy, oneshot as conv_oneshot
+from cudalibs.cudnn.conv import plan as conv_plan
 from cudalibs.cudnn import conv_output_shape, pooling_output_shape
 from cudalibs.driver.array import DeviceArray
 from cudalibs.errors import ClosedError, CudaLibsError
@@ -22,7 +24,7 @@ from cudalibs.errors import ClosedError, CudaLibsError
 def _forget_fake_devices():
     """Tests here key plans by stand-in devices; never let one leak into a later GPU test."""
     yield
-    conv_plan._env_of.clear()
+    _base._env_of.clear()
 
 
 # -- descriptors -------------------------------------------------------------------------------
@@ -60,6 +62,18 @@ def test_descriptor_cache_returns_the_same_object():
     assert n >= 2
     D.clear_descriptor_cache()
     assert D.descriptor_cache_size() == 0
+
+
+def test_descriptor_set_is_usable_while_its_descriptors_are_open():
+    x = D.TensorDescriptor(np.float32, (2, 3, 4, 5), (60, 20, 5, 1))
+    y = D.TensorDescriptor(np.float32, (2, 3, 2, 2), (12, 4, 2, 1))
+    s = D.DescriptorSet((x, y), out_shape=(2, 3, 2, 2))
+    assert s.usable() and s.descriptors == (x, y) and s.info == {"out_shape": (2, 3, 2, 2)}
+    s.close()                   # the descriptors are shared: closing the set frees nothing
+    assert not x.closed and s.usable()
+    y.close()                   # one closed behind the set's back: the cache builds anew
+    assert not s.usable() and not x.closed
+    x.close()
 
 
 def _read_conv(desc):
@@ -228,7 +242,7 @@ def test_cache_key_distinguishes_everything_that_matters():
 
     def key(op="forward", x=x, w=w, **kw):
         args = {**base, **kw}
-        return conv.problem_key(kinds[op], dev, x, w, None, args["stride"], args["padding"],
+        return conv_oneshot.problem_key(kinds[op], dev, x, w, None, args["stride"], args["padding"],
                                 args["dilation"], args["groups"], args["algo"], args["math"],
                                 args["deterministic"], args["limit"], None, 1.0, 0.0, True)
 
@@ -249,7 +263,7 @@ def test_cache_key_distinguishes_everything_that_matters():
 
 
 def test_algo_cache_lists_named_entries_and_is_clearable():
-    from cudalibs.driver.plan import cache
+    from cudalibs.runtime.cache import cache
 
     k = conv.FORWARD_KEY.key(*range(len(conv.FORWARD_KEY.fields)))
     cache.put(k, object())
@@ -322,9 +336,10 @@ def test_batch_norm_ops_constants():
     assert (_lib.CUDNN_BATCHNORM_OPS_BN, _lib.CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
             _lib.CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION) == (0, 1, 2)
     from cudalibs.cudnn import norm
+    from cudalibs.cudnn.norm import batch
 
-    assert norm._is_not_supported(3000) and norm._is_not_supported(3004)
-    assert not norm._is_not_supported(2000) and not norm._is_not_supported(0)
+    assert batch._is_not_supported(3000) and batch._is_not_supported(3004)
+    assert not batch._is_not_supported(2000) and not batch._is_not_supported(0)
     assert norm.batch_norm_paths(_fake((2, 5, 3, 3), np.float16)) == {}
 
 
@@ -456,12 +471,14 @@ def test_pooling_output_shape_validates_the_shape():
 def test_cudnn_caches_live_in_the_one_plan_cache():
     import importlib
 
-    activation, norm, pooling = (importlib.import_module(f"cudalibs.cudnn.{m}")
-                                 for m in ("activation", "norm", "pooling"))
+    names = ("activation", "pooling", "norm", "norm.batch", "norm.batch_ops", "norm.layer",
+             "conv", "conv.oneshot", "conv.fused", "conv.plans", "attention.sdpa", "rnn.plan")
+    mods = {m: importlib.import_module(f"cudalibs.cudnn.{m}") for m in names}
+    activation, norm, pooling = mods["activation"], mods["norm"], mods["pooling"]
 
     # no module-level plan or descriptor dicts of their own: everything goes through the one
     # bounded cache, under named keys
-    for mod in (activation, norm, pooling, conv):
+    for mod in mods.values():
         assert not [n for n, v in vars(mod).items() if isinstance(v, dict) and n in
                     ("_plans", "_descs", "_bias_descs")], mod.__name__
     assert norm.BATCH_NORM_KEY.fields == ("dtype", "x_shape", "x_strides", "mode")
@@ -471,7 +488,7 @@ def test_cudnn_caches_live_in_the_one_plan_cache():
 
 def test_plan_classes_follow_the_plan_protocol():
     from cudalibs import cudnn
-    from cudalibs.driver.plan import Plan
+    from cudalibs.runtime.plan import Plan
 
     for cls in (cudnn.ConvForwardPlan, cudnn.ConvBackwardDataPlan,
                 cudnn.ConvBackwardFilterPlan, cudnn.ConvBiasActPlan):
@@ -482,9 +499,9 @@ def test_plan_classes_follow_the_plan_protocol():
     import ast
     import inspect
 
-    from cudalibs.cudnn import conv_plan, fused
+    from cudalibs.cudnn.conv import fused, lower, plans
 
-    for mod in (conv, conv_plan, fused):
+    for mod in (conv, conv_oneshot, conv_plan, plans, lower, fused):
         tree = ast.parse(inspect.getsource(mod))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):

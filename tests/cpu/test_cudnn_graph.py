@@ -10,8 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from cudalibs.cudnn import _lib, conv, conv_graph, conv_legacy, conv_plan
-from cudalibs.cudnn import graph as G
+import cudalibs
+from cudalibs.cudnn import _base, _lib, backend as G, conv
+from cudalibs.cudnn.backend import descriptors as GD
+from cudalibs.cudnn.conv import legacy as conv_legacy, oneshot as conv_oneshot
 from cudalibs.errors import ClosedError, CudnnError
 
 T = _lib
@@ -80,7 +82,7 @@ def test_every_attribute_type_the_wrapper_sets_is_typed():
                   T.CUDNN_TYPE_VOID_PTR, T.CUDNN_TYPE_CONVOLUTION_MODE, T.CUDNN_TYPE_HEUR_MODE,
                   T.CUDNN_TYPE_KNOB_TYPE, T.CUDNN_TYPE_NUMERICAL_NOTE, T.CUDNN_TYPE_POINTWISE_MODE,
                   T.CUDNN_TYPE_BACKEND_DESCRIPTOR, T.CUDNN_TYPE_BEHAVIOR_NOTE):
-        assert atype in G._ELEMENT
+        assert atype in GD._ELEMENT
 
 
 # -- descriptors built by the library, no GPU ----------------------------------------------------
@@ -252,7 +254,7 @@ def test_graph_keeps_its_parts_alive():
 
 # -- the conv module's dispatch logic ------------------------------------------------------------
 def test_banned_notes():
-    b = conv_graph.banned_notes
+    b = G.banned_notes
     fma = b(np.float32, "fma", False)
     assert {"tensor_core", "down_convert_inputs", "reduced_precision_reduction"} <= fma
     assert "nondeterministic" not in fma
@@ -264,12 +266,25 @@ def test_banned_notes():
     assert b(np.float32, "allow_conversion", False) == frozenset()
 
 
-def test_graph_switch_is_read_at_plan_time(monkeypatch):
-    from cudalibs.cudnn import conv_plan
+def test_graph_switch_is_read_at_plan_time():
+    from test_cudnn import _fake   # the stand-in device arrays of the cuDNN CPU tests
 
-    assert conv_plan.graph_api_default() is True
-    monkeypatch.setattr(conv, "GRAPH_API", False)
-    assert conv_plan.graph_api_default() is False
+    from cudalibs import cudnn
+
+    def make(**kw):
+        return cudnn.ConvForwardPlan(_fake((2, 8, 8, 8), np.float16, True),
+                                     _fake((16, 8, 3, 3), np.float16, True), padding=1, **kw)
+
+    try:
+        assert cudalibs.options().conv_graph_api is True
+        assert make()._graph is True
+        with cudalibs.option_context(conv_graph_api=False):
+            off = make()
+            assert make(graph_api=True)._graph is True     # the plan's own argument wins
+        assert off._graph is False
+        assert make()._graph is True                        # the scope ended with the block
+    finally:
+        _base._env_of.clear()  # the stand-in device must not leak into GPU tests
 
 
 def test_not_supported_statuses():
@@ -286,19 +301,19 @@ def test_cache_key_tells_graph_from_legacy():
 
     class Arr:
         def __init__(self, shape, strides):
-            self._shape, self._strides, self._dtype = shape, strides, np.dtype(np.float16)
+            self.shape, self.strides, self.dtype = shape, strides, np.dtype(np.float16)
 
     x, w = Arr((2, 8, 4, 4), (256, 1, 64, 16)), Arr((8, 8, 3, 3), (144, 1, 48, 16))
     args = (1, 1, 1, 1, "find", None, False, 1 << 20, None, 1.0, 0.0)
     try:
-        legacy = conv.problem_key(conv.FORWARD_KEY, Dev(), x, w, None, *args, False)
-        graph = conv.problem_key(conv.FORWARD_KEY, Dev(), x, w, None, *args, True)
+        legacy = conv_oneshot.problem_key(conv.FORWARD_KEY, Dev(), x, w, None, *args, False)
+        graph = conv_oneshot.problem_key(conv.FORWARD_KEY, Dev(), x, w, None, *args, True)
     finally:
-        conv_plan._env_of.clear()  # the stand-in device must not leak into GPU tests
+        _base._env_of.clear()  # the stand-in device must not leak into GPU tests
     assert legacy != graph
     nl, ng = conv.FORWARD_KEY.named(legacy), conv.FORWARD_KEY.named(graph)
     assert {k for k in ng if ng[k] != nl[k]} == {"graph_api"}
     # the fields other code reads, by name
-    assert ng["x_shape"] == x._shape and ng["math"] is None
+    assert ng["x_shape"] == x.shape and ng["math"] is None
     assert ng["deterministic"] is False and ng["workspace_limit"] == 1 << 20
     assert ng["graph_api"] is True

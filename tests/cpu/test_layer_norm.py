@@ -15,9 +15,10 @@ from cudalibs.cudnn import _lib
 from cudalibs.driver.array import DeviceArray
 from cudalibs.testing.ref import _norm as ref
 
-# The module by its full name: once cudalibs.cudnn exports the function layer_norm, the
-# package attribute of that name is the function, not this module.
-LN = importlib.import_module("cudalibs.cudnn.norms")
+# The modules by their full names (the plans and one-shots; the operation graphs and their
+# tensor uids), as the norm package's attributes are its functions and classes.
+LN = importlib.import_module("cudalibs.cudnn.norm.layer")
+LO = importlib.import_module("cudalibs.cudnn.norm.lower")
 
 T = _lib
 
@@ -127,52 +128,52 @@ def _tensors_of(graph):
 @pytest.mark.parametrize("dtype, wdtype", [(BF16, np.float32), (np.float16, np.float16),
                                            (np.float32, np.float32)])
 def test_forward_graphs_finalize_host_side(mode, training, dtype, wdtype):
-    graph, uids = LN.forward_graph(mode, training, dtype, wdtype, 48, 320,
+    graph, uids = LO.forward_graph(mode, training, dtype, wdtype, 48, 320,
                                    bias=mode == "layer")
     assert graph.finalized
     op, tensors = _tensors_of(graph)
     assert op.kind == T.CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR
-    want = [LN.X, LN.SCALE] + ([LN.BIAS] if mode == "layer" else []) + [LN.EPS, LN.Y]
+    want = [LO.X, LO.SCALE] + ([LO.BIAS] if mode == "layer" else []) + [LO.EPS, LO.Y]
     if training:
-        want += ([LN.MEAN] if mode == "layer" else []) + [LN.INV]
+        want += ([LO.MEAN] if mode == "layer" else []) + [LO.INV]
     assert list(uids) == want and sorted(tensors) == sorted(want)
     get = lambda t, a, ty=T.CUDNN_TYPE_INT64: t.get(a, ty)  # noqa: E731
     # x as (rows, features, 1, 1), channels-last strides; parameters (1, features, 1, 1)
-    assert get(tensors[LN.X], T.CUDNN_ATTR_TENSOR_DIMENSIONS) == [48, 320, 1, 1]
-    assert get(tensors[LN.X], T.CUDNN_ATTR_TENSOR_STRIDES) == [320, 1, 320, 320]
-    assert get(tensors[LN.SCALE], T.CUDNN_ATTR_TENSOR_DIMENSIONS) == [1, 320, 1, 1]
-    assert get(tensors[LN.X], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
+    assert get(tensors[LO.X], T.CUDNN_ATTR_TENSOR_DIMENSIONS) == [48, 320, 1, 1]
+    assert get(tensors[LO.X], T.CUDNN_ATTR_TENSOR_STRIDES) == [320, 1, 320, 320]
+    assert get(tensors[LO.SCALE], T.CUDNN_ATTR_TENSOR_DIMENSIONS) == [1, 320, 1, 1]
+    assert get(tensors[LO.X], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
         [dtypes.lookup(dtype).cudnn]
-    assert get(tensors[LN.SCALE], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
+    assert get(tensors[LO.SCALE], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
         [dtypes.lookup(wdtype).cudnn]
-    assert get(tensors[LN.EPS], T.CUDNN_ATTR_TENSOR_IS_BY_VALUE, T.CUDNN_TYPE_BOOLEAN) == [True]
-    assert get(tensors[LN.EPS], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
+    assert get(tensors[LO.EPS], T.CUDNN_ATTR_TENSOR_IS_BY_VALUE, T.CUDNN_TYPE_BOOLEAN) == [True]
+    assert get(tensors[LO.EPS], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
         [T.CUDNN_DATA_FLOAT]
     if training:
-        assert get(tensors[LN.INV], T.CUDNN_ATTR_TENSOR_DIMENSIONS) == [48, 1, 1, 1]
-        assert get(tensors[LN.INV], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
+        assert get(tensors[LO.INV], T.CUDNN_ATTR_TENSOR_DIMENSIONS) == [48, 1, 1, 1]
+        assert get(tensors[LO.INV], T.CUDNN_ATTR_TENSOR_DATA_TYPE, T.CUDNN_TYPE_DATA_TYPE) == \
             [T.CUDNN_DATA_FLOAT]
 
 
 @pytest.mark.parametrize("mode", ["layer", "rms"])
 def test_backward_graphs_finalize_host_side(mode):
-    graph, uids = LN.backward_graph(mode, BF16, np.float32, 7, 96, alignment=4)
+    graph, uids = LO.backward_graph(mode, BF16, np.float32, 7, 96, alignment=4)
     op, tensors = _tensors_of(graph)
     assert op.kind == T.CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR
     if mode == "layer":
-        assert uids == (LN.DY, LN.X, LN.SCALE, LN.MEAN, LN.INV, LN.DX, LN.DSCALE, LN.DBIAS)
+        assert uids == (LO.DY, LO.X, LO.SCALE, LO.MEAN, LO.INV, LO.DX, LO.DSCALE, LO.DBIAS)
     else:
-        assert uids == (LN.DY, LN.X, LN.SCALE, LN.INV, LN.DX, LN.DSCALE)
+        assert uids == (LO.DY, LO.X, LO.SCALE, LO.INV, LO.DX, LO.DSCALE)
     assert sorted(tensors) == sorted(uids)
-    assert tensors[LN.MEAN if mode == "layer" else LN.INV].get(
+    assert tensors[LO.MEAN if mode == "layer" else LO.INV].get(
         T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64) == [7, 1, 1, 1]
 
 
 def test_layer_norm_graph_without_bias_and_bad_mode():
-    _, uids = LN.forward_graph("layer", True, BF16, np.float32, 4, 64, bias=False)
-    assert LN.BIAS not in uids
+    _, uids = LO.forward_graph("layer", True, BF16, np.float32, 4, 64, bias=False)
+    assert LO.BIAS not in uids
     with pytest.raises(ValueError, match="mode must be"):
-        LN.forward_graph("batch", True, BF16, np.float32, 4, 64)
+        LO.forward_graph("batch", True, BF16, np.float32, 4, 64)
 
 
 # -- plans on stand-in arrays (construction finalizes the graph; nothing runs) ------------------
@@ -205,14 +206,14 @@ def test_forward_plan_bookkeeping():
     p = LN.NormForwardPlan(x, w, b, training=True, eps=1e-3)
     assert (p.mode, p.rows, p.features, p.stats_shape) == ("layer", 24, 64, (4, 6, 1))
     assert p.training and p.has_bias and p.eps == 1e-3 and p.alignment == 16
-    assert p._uids == (LN.X, LN.SCALE, LN.BIAS, LN.EPS, LN.Y, LN.MEAN, LN.INV)
+    assert p._uids == (LO.X, LO.SCALE, LO.BIAS, LO.EPS, LO.Y, LO.MEAN, LO.INV)
     r = repr(p)
     assert "layer norm forward bfloat16" in r and "weight float32" in r and "not planned" in r
     assert "training" in r and "eps 0.001" in r
     key = p._tuning_key()
     assert key["rows"] == 24 and key["features"] == 64 and key["training"] is True
     specs = {u: (shape, dt) for u, shape, dt in p._specs()}
-    assert specs[LN.EPS][0] is None and specs[LN.MEAN] == ((4, 6, 1), np.float32)
+    assert specs[LO.EPS][0] is None and specs[LO.MEAN] == ((4, 6, 1), np.float32)
     p.close()
     assert p.closed and "closed" in repr(p)
 
@@ -232,7 +233,7 @@ def test_plans_declare_their_operands_alignment():
     assert p.alignment == 16 and not p.has_bias
     b = LN.NormBackwardPlan(_fake((8, 64), np.float16), _fake((8, 64), np.float16), w,
                             mode="rms")
-    assert b.alignment == 16 and b._uids == (LN.DY, LN.X, LN.SCALE, LN.INV, LN.DX, LN.DSCALE)
+    assert b.alignment == 16 and b._uids == (LO.DY, LO.X, LO.SCALE, LO.INV, LO.DX, LO.DSCALE)
     assert "RMS norm backward float16" in repr(b)
 
 

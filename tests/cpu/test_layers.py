@@ -1,11 +1,14 @@
-"""The layer contract, enforced by reading the source (no import, no GPU).
+"""The layers and the contract between them, enforced by reading the source (no import, no GPU).
 
-- The libraries (cublas, cudnn, nccl, kernels) read no private attribute of driver objects
-  beyond the documented contract (docs/design.md, "The contract between layers").
-- cublas, cudnn, nccl, kernels and testing never import each other; production code never
-  imports cudalibs.testing; the driver imports no library.
-- The driver's modules import each other as a DAG, with no function-level import of a driver
-  module used to dodge a cycle.
+- Layers, arrows pointing down only: the libraries (cublas, cudnn, nccl, kernels) -> runtime
+  -> driver -> the base (``_ffi``, ``_loader``, ``_env``, ``errors``, ``dtypes``).  Libraries
+  never import each other; production code never imports cudalibs.testing.
+- The libraries and the runtime read driver objects through public names only (the contract
+  of docs/design.md); the runtime's few exceptions are listed here with their reason.
+- No import cycle anywhere in cudalibs, no import of a cudalibs module inside a function
+  (which is how a cycle hides), and no private name imported from another module.
+- The one front: no library looks plans up in the plan cache or records relaunches by hand.
+- No module over 800 lines, the prototype tables aside.
 
 Each test prints every offence, one per line, as ``path:line: what``.
 """
@@ -20,45 +23,50 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "cudalibs"
 DRIVER = ROOT / "driver"
+RUNTIME = ROOT / "runtime"
 LIBRARIES = ("cublas", "cudnn", "nccl", "kernels")
 SIBLINGS = LIBRARIES + ("testing",)
+#: The base every layer may use.
+BASE = ("_ffi", "_loader", "_env", "errors", "dtypes", "ptx")
 
-#: Driver attributes a library may read (DeviceArray ``_ptr _shape _strides _dtype _device``;
-#: Device ``_ctx``; Stream ``_h`` ``_handle`` ``_device``).
-CONTRACT = frozenset({"_ptr", "_shape", "_strides", "_dtype", "_device", "_ctx", "_h",
-                      "_handle"})
-#: Private driver modules a library may import, and why.
+#: Attributes of driver objects that only the driver itself reads: the old private spellings
+#: of the contract (now read through ``address``, ``shape``, ``strides``, ``dtype``,
+#: ``device``, ``raw``, ``raw_handle``, ``raw_context``, ``owned``) and the internals behind it.
+DRIVER_INTERNALS = frozenset({"_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf",
+                              "_owner", "_contig", "_h", "_handle", "_ctx", "_owned", "_alive"})
+#: Runtime modules that read a driver internal, with the reason.
+RUNTIME_READS = {
+    ("operand.py", "_buf"): "the one operand path's liveness check of an array's buffer",
+    ("operand.py", "_ptr"): "the one operand path's liveness check (a freed buffer's _ptr)",
+    ("ptxlib.py", "_alive"): "the shipped kernels' launch path checks its cached stream's "
+                             "liveness cell without a call",
+}
+#: Private modules of the driver another layer may import, and why.
 ALLOWED_PRIVATE_MODULES = {
-    "_handles": "the handle and workspace caches are part of the contract (public classes)",
-    "_lib": "the raw driver table: its ctypes types (CUstream) in the libraries' prototype "
-            "tables, and cuCtxSetCurrent(device._ctx) / cuGraphLaunch on the hot paths",
-    "_core": "raise_for, the driver's one status -> exception helper, for those raw calls",
+    "_lib": "the raw driver table: ctypes types (CUstream) for the libraries' prototype tables "
+            "and cuCtxSetCurrent / cuGraphLaunch on hot paths",
+    "_core": "raise_for, the driver's status -> exception helper, for those raw calls",
+}
+#: Modules whose imports inside functions are kept, with the reason.
+ALLOWED_LAZY_IMPORTS = {
+    "__main__.py": "`python -m cudalibs` imports each library only when its report runs",
+    "_selfcheck.py": "the self-check imports each library it checks when it checks it",
 }
 #: Production modules that may import cudalibs.testing, and why.
 ALLOWED_TESTING_IMPORTS = {
     "_selfcheck.py": "`python -m cudalibs` checks every library against the float64 numpy "
                      "references of cudalibs.testing: it is a test run, shipped as a command",
 }
-#: Function-level imports of driver modules inside the driver that are kept, with the reason:
-#: ``(module, imported module) -> reason``.
-ALLOWED_LAZY_IMPORTS: dict[tuple[str, str], str] = {}
+#: Modules allowed over MAX_LINES: the prototype tables, one row per C function.
+LONG_MODULES = {"_lib.py", "_nvrtc_lib.py"}
+MAX_LINES = 800
 
 
 def _files(path: Path):
     if path.is_file():
         yield path
         return
-    for p in sorted(path.rglob("*.py")):
-        yield p
-
-
-def _package_files(name: str) -> list[Path]:
-    """The files of a library: ``cudalibs/<name>/`` and ``cudalibs/<name>*.py``."""
-    out = []
-    for p in sorted(ROOT.iterdir()):
-        if p.name == name or (p.name.startswith(name) and p.suffix == ".py"):
-            out.extend(_files(p))
-    return out
+    yield from sorted(path.rglob("*.py"))
 
 
 def _tree(path: Path) -> ast.Module:
@@ -73,158 +81,71 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _defined_privates(paths) -> set[str]:
-    """Private names defined in these files: module globals, functions, classes, methods,
-    ``__slots__`` entries and ``self._x`` / ``obj._x`` assignment targets."""
-    names: set[str] = set()
-    for path in paths:
-        for node in ast.walk(_tree(path)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    for sub in ast.walk(t):
-                        if isinstance(sub, ast.Name):
-                            names.add(sub.id)
-                        elif isinstance(sub, ast.Attribute):
-                            names.add(sub.attr)
-                        if (isinstance(t, ast.Name) and t.id == "__slots__"
-                                and isinstance(sub, ast.Constant)
-                                and isinstance(sub.value, str)):
-                            names.add(sub.value)
-    return {n for n in names if _is_private(n)}
-
-
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
-    parts = list(rel.parts)
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _resolve(path: Path, node: ast.ImportFrom | ast.Import) -> list[str]:
-    """Absolute names an import statement reaches: ``from .m import x`` reaches ``pkg.m``;
-    ``from . import a, b`` (no module) reaches ``pkg.a`` and ``pkg.b``, which are modules or
-    names of the package."""
+MODULES = {_module_name(p): p for p in _files(ROOT)}
+
+
+def _resolve(path: Path, node) -> list[tuple[str, str | None]]:
+    """``(module, name)`` pairs an import statement reaches; ``from . import x`` gives
+    ``(pkg.x, None)`` when ``x`` is a module of the package, else ``(pkg, "x")``."""
     if isinstance(node, ast.Import):
-        return [a.name for a in node.names]
+        return [(a.name, None) for a in node.names]
     if node.level:
         pkg = _module_name(path).split(".")
         if path.name != "__init__.py":
             pkg = pkg[:-1]
-        base = pkg[:len(pkg) - node.level + 1]
-        mod = ".".join(base + ([node.module] if node.module else []))
+        mod = ".".join(pkg[:len(pkg) - node.level + 1] + ([node.module] if node.module else []))
     else:
         mod = node.module or ""
-    if node.module:
-        return [mod] + [f"{mod}.{a.name}" for a in node.names if _is_private(a.name)]
-    return [f"{mod}.{a.name}" for a in node.names]
+    out = []
+    for a in node.names:
+        if f"{mod}.{a.name}" in MODULES:
+            out.append((f"{mod}.{a.name}", None))
+        else:
+            out.append((mod, a.name))
+    return out
 
 
-def _top_package(mod: str) -> str | None:
+def _layer(mod: str) -> str | None:
+    """``"driver"``, ``"runtime"``, a library's name, ``"testing"``, ``"base"`` or None."""
     parts = mod.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "cudalibs" else None
+    if parts[0] != "cudalibs":
+        return None
+    if len(parts) == 1:
+        return "top"
+    head = parts[1]
+    if head in ("driver", "runtime") or head in SIBLINGS:
+        return head
+    return "base" if head in BASE else "top"
 
 
-def _report(offences: list[str], what: str) -> None:
-    if offences:
-        text = "\n".join(sorted(set(offences)))
-        print(f"{len(set(offences))} {what}:\n{text}")
-        pytest.fail(f"{len(set(offences))} {what}:\n{text}", pytrace=False)
-
-
-# -- (a) private reads ------------------------------------------------------------------------
-def test_libraries_read_only_the_driver_contract():
-    driver_privates = _defined_privates(_files(DRIVER)) - CONTRACT
-    offences = []
-    for lib in LIBRARIES:
-        files = _package_files(lib)
-        own = _defined_privates(files)
-        for path in files:
-            for node in ast.walk(_tree(path)):
-                if isinstance(node, ast.Attribute) and _is_private(node.attr):
-                    if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-                        continue
-                    if node.attr in driver_privates and node.attr not in own:
-                        offences.append(f"{_rel(path)}:{node.lineno}: reads "
-                                        f"{ast.unparse(node)} (driver-private {node.attr})")
-                elif isinstance(node, ast.ImportFrom):
-                    for mod in _resolve(path, node):
-                        parts = mod.split(".")
-                        if (len(parts) >= 3 and parts[:2] == ["cudalibs", "driver"]
-                                and any(_is_private(p) for p in parts[2:])):
-                            head = next(p for p in parts[2:] if _is_private(p))
-                            if head in ALLOWED_PRIVATE_MODULES and parts[-1] == head:
-                                continue
-                            if head in ALLOWED_PRIVATE_MODULES and not _is_private(parts[-1]):
-                                continue
-                            offences.append(f"{_rel(path)}:{node.lineno}: imports {mod} "
-                                            "(driver-private)")
-    _report(offences, "reads of driver privates outside the contract")
-
-
-# -- (b) imports between packages -------------------------------------------------------------
-def _all_imports(path: Path):
-    for node in ast.walk(_tree(path)):
+def _imports(path: Path, top_only: bool = False):
+    """``(line, module, name, at_module_level)`` of every cudalibs import in ``path``."""
+    tree = _tree(path)
+    top = {id(n) for n in _module_level(tree)}
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for mod in _resolve(path, node):
-                yield node.lineno, mod
+            level = id(node) in top
+            if top_only and not level:
+                continue
+            for mod, name in _resolve(path, node):
+                if mod.startswith("cudalibs"):
+                    yield node.lineno, mod, name, level
 
 
-def test_libraries_do_not_import_each_other():
-    offences = []
-    for lib in SIBLINGS:
-        for path in _package_files(lib):
-            for line, mod in _all_imports(path):
-                other = _top_package(mod)
-                if other in SIBLINGS and not other.startswith(lib) and not lib.startswith(other):
-                    offences.append(f"{_rel(path)}:{line}: {lib} imports {mod}")
-    _report(offences, "imports between libraries")
-
-
-def test_production_code_does_not_import_testing():
-    offences = []
-    for path in _files(ROOT):
-        if path.relative_to(ROOT).parts[0].startswith("testing"):
-            continue
-        if str(path.relative_to(ROOT)) in ALLOWED_TESTING_IMPORTS:
-            continue
-        for line, mod in _all_imports(path):
-            if _top_package(mod) == "testing":
-                offences.append(f"{_rel(path)}:{line}: imports {mod}")
-    _report(offences, "imports of cudalibs.testing from production code")
-
-
-def test_driver_imports_no_library():
-    offences = []
-    for path in _files(DRIVER):
-        for line, mod in _all_imports(path):
-            pkg = _top_package(mod)
-            if pkg is not None and any(pkg.startswith(s) for s in SIBLINGS):
-                offences.append(f"{_rel(path)}:{line}: imports {mod}")
-    _report(offences, "library imports in the driver")
-
-
-# -- (c) the driver's own import graph --------------------------------------------------------
-def _driver_modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in _files(DRIVER)}
-
-
-def _driver_targets(path: Path, node, modules) -> set[str]:
-    return {m for m in _resolve(path, node) if m in modules and m != "cudalibs.driver"}
-
-
-def _top_level_imports(tree: ast.Module):
-    """Import statements run at import time: the module body, and bodies of module-level
-    ``if``/``try``/``with`` blocks (not functions or classes' methods)."""
+def _module_level(tree: ast.Module):
+    """Statements run at import time: the body and module-level if/try/with blocks."""
     stack = list(tree.body)
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
             for field in ("body", "orelse", "finalbody", "handlers"):
                 for child in getattr(node, field, []) or []:
                     stack.extend(child.body if isinstance(child, ast.ExceptHandler)
@@ -234,17 +155,98 @@ def _top_level_imports(tree: ast.Module):
                 n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
-def test_driver_import_graph_is_a_dag():
-    modules = _driver_modules()
-    graph = {m: set() for m in modules}
-    for mod, path in modules.items():
-        if mod == "cudalibs.driver":
-            continue  # the package's __init__ imports everything and is imported by none
-        for node in _top_level_imports(_tree(path)):
-            graph[mod] |= _driver_targets(path, node, modules)
-    cycles = []
-    state: dict[str, int] = {}
-    trail: list[str] = []
+def _report(offences: list[str], what: str) -> None:
+    if offences:
+        text = "\n".join(sorted(set(offences)))
+        pytest.fail(f"{len(set(offences))} {what}:\n{text}", pytrace=False)
+
+
+# -- the layers -------------------------------------------------------------------------------
+#: What each layer may import (besides itself and the base).
+MAY_IMPORT = {
+    "base": set(),
+    "driver": set(),
+    "runtime": {"driver"},
+    "testing": {"driver", "runtime"},
+    **{lib: {"driver", "runtime"} for lib in LIBRARIES},
+}
+
+
+def test_imports_point_down_the_layers():
+    offences = []
+    for mod, path in MODULES.items():
+        own = _layer(mod)
+        if own not in MAY_IMPORT:
+            continue        # the package's __init__, __main__, _selfcheck: the top
+        for line, target, _, _ in _imports(path):
+            other = _layer(target)
+            if other in (own, "base", None) or other in MAY_IMPORT[own]:
+                continue
+            offences.append(f"{_rel(path)}:{line}: {own} imports {target} ({other})")
+    _report(offences, "imports against the layers")
+
+
+def test_production_code_does_not_import_testing():
+    offences = []
+    for mod, path in MODULES.items():
+        if _layer(mod) == "testing" or path.name in ALLOWED_TESTING_IMPORTS:
+            continue
+        for line, target, _, _ in _imports(path):
+            if _layer(target) == "testing":
+                offences.append(f"{_rel(path)}:{line}: imports {target}")
+    _report(offences, "imports of cudalibs.testing from production code")
+
+
+# -- the contract ------------------------------------------------------------------------------
+def test_libraries_and_runtime_read_driver_objects_through_public_names():
+    offences = []
+    for mod, path in MODULES.items():
+        layer = _layer(mod)
+        if layer not in LIBRARIES and layer != "runtime":
+            continue
+        for node in ast.walk(_tree(path)):
+            if not (isinstance(node, ast.Attribute) and node.attr in DRIVER_INTERNALS):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if layer == "runtime" and (path.name, node.attr) in RUNTIME_READS:
+                continue
+            offences.append(f"{_rel(path)}:{node.lineno}: reads {ast.unparse(node)} (use the "
+                            "public name of the contract)")
+    _report(offences, "reads of driver internals outside the driver")
+
+
+def test_no_private_module_of_the_driver_is_imported_from_above():
+    offences = []
+    for mod, path in MODULES.items():
+        if _layer(mod) in ("driver", "base", "top", None):
+            continue
+        for line, target, name, _ in _imports(path):
+            parts = target.split(".")
+            if parts[:2] != ["cudalibs", "driver"] or len(parts) < 3:
+                continue
+            if _is_private(parts[2]) and parts[2] not in ALLOWED_PRIVATE_MODULES:
+                offences.append(f"{_rel(path)}:{line}: imports {target} (driver-private)")
+    _report(offences, "imports of the driver's private modules")
+
+
+def test_no_private_name_is_imported_from_another_module():
+    offences = []
+    for mod, path in MODULES.items():
+        for line, target, name, _ in _imports(path):
+            if name is not None and _is_private(name):
+                offences.append(f"{_rel(path)}:{line}: imports {name} from {target}")
+    _report(offences, "private names imported across modules")
+
+
+# -- the import graph -----------------------------------------------------------------------------
+def test_no_import_cycle_in_cudalibs():
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for mod, path in MODULES.items():
+        for _, target, _, _ in _imports(path, top_only=True):
+            if target in MODULES and target != mod:
+                graph[mod].add(target)
+    cycles, state, trail = [], {}, []
 
     def visit(m):
         state[m] = 1
@@ -260,21 +262,60 @@ def test_driver_import_graph_is_a_dag():
     for m in sorted(graph):
         if m not in state:
             visit(m)
-    _report(cycles, "import cycles in the driver")
+    _report(cycles, "import cycles")
 
 
-def test_driver_has_no_function_level_driver_imports():
-    modules = _driver_modules()
+def test_no_cudalibs_import_inside_a_function():
     offences = []
-    for mod, path in modules.items():
-        tree = _tree(path)
-        top = {id(n) for n in _top_level_imports(tree)}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
-                for target in sorted(_driver_targets(path, node, modules)):
-                    key = (mod.rsplit(".", 1)[-1], target.rsplit(".", 1)[-1])
-                    if key in ALLOWED_LAZY_IMPORTS:
-                        continue
-                    offences.append(f"{_rel(path)}:{node.lineno}: function-level import of "
-                                    f"{target}")
-    _report(offences, "function-level imports of driver modules inside the driver")
+    for mod, path in MODULES.items():
+        if path.name in ALLOWED_LAZY_IMPORTS:
+            continue
+        for line, target, _, level in _imports(path):
+            if not level:
+                offences.append(f"{_rel(path)}:{line}: imports {target} inside a function")
+    _report(offences, "function-level imports of cudalibs modules")
+
+
+# -- the one front ------------------------------------------------------------------------------
+_CACHE_NAMES = {"cache", "_cache", "_plan_cache", "plan_cache"}
+_BY_HAND = {"get", "put", "pop", "get_or_build", "discard"}
+
+
+def test_libraries_go_through_the_one_front():
+    offences = []
+    for mod, path in MODULES.items():
+        if _layer(mod) not in LIBRARIES:
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                f = node.func
+                if (f.attr in _BY_HAND and isinstance(f.value, ast.Name)
+                        and f.value.id in _CACHE_NAMES):
+                    offences.append(f"{_rel(path)}:{node.lineno}: {ast.unparse(f)}(): look plans "
+                                    "up through cudalibs.runtime.front")
+                if f.attr in ("record", "due") and isinstance(f.value, ast.Name) and \
+                        "relaunch" in f.value.id:
+                    offences.append(f"{_rel(path)}:{node.lineno}: {ast.unparse(f)}(): relaunch "
+                                    "through RelaunchSlots.launch")
+            elif isinstance(node, ast.Name) and node.id == "KernelRelaunch":
+                offences.append(f"{_rel(path)}:{node.lineno}: uses KernelRelaunch directly")
+    _report(offences, "plan-cache lookups or relaunches written outside the front")
+
+
+# -- size -----------------------------------------------------------------------------------------
+def test_no_module_over_800_lines():
+    offences = []
+    for path in _files(ROOT):
+        if path.name in LONG_MODULES:
+            continue
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_LINES:
+            offences.append(f"{_rel(path)}: {n} lines")
+    _report(offences, f"modules over {MAX_LINES} lines")
+
+
+def test_the_checks_see_the_packages():
+    # A check that reads no file passes vacuously: make sure the walk finds the layers.
+    layers = {_layer(m) for m in MODULES}
+    assert {"driver", "runtime", "base", "testing", *LIBRARIES} <= layers
+    assert len(MODULES) > 60

@@ -11,7 +11,8 @@ import weakref
 import pytest
 
 from cudalibs import _ffi
-from cudalibs.driver import _handles, stream as stream_mod
+from cudalibs.driver import stream as stream_mod
+from cudalibs.runtime import handles as _handles
 from cudalibs.driver.graph import Graph, GraphExec
 from cudalibs.driver.memory import MemoryPool
 from cudalibs.driver.module import Module
@@ -184,12 +185,13 @@ def test_stream_destroy_hook_reaches_every_cache():
 
 
 def test_workspace_release_hooks_are_registered():
-    from cudalibs.driver import memory, plan
+    from cudalibs.driver import memory
+    from cudalibs.runtime import cache
 
-    assert _handles._release_workspaces in plan.RELEASE_HOOKS
+    assert _handles._release_workspaces in cache.RELEASE_HOOKS
     # The pools' trim runs after every library's release, so what those free is trimmed too.
-    assert memory.trim_pools in plan.RELEASE_LAST
-    assert memory.trim_pools not in plan.RELEASE_HOOKS
+    assert memory.trim_pools in cache.RELEASE_LAST
+    assert memory.trim_pools not in cache.RELEASE_HOOKS
     assert _handles.Workspaces().release_all() == 0
 
 
@@ -221,3 +223,85 @@ def test_capture_refusal_is_per_thread():
     assert seen == [False]
     assert not _ffi.thread_capturing()
     _ffi.refuse_in_capture("anything")
+
+
+class _FakeDevice:
+    """What HandleCache needs of a device: an ordinal, and ``with device:`` to make its
+    context current (counted, since handles must be created inside it)."""
+
+    def __init__(self, ordinal):
+        self.ordinal = ordinal
+        self.entered = 0
+
+    def __enter__(self):
+        self.entered += 1
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _wait_until(cond, seconds=5.0):
+    # A thread's local storage is dropped as the thread finishes, a moment after join()
+    # may already have returned: wait a little for that rather than race it.
+    import time
+
+    end = time.monotonic() + seconds
+    while not cond() and time.monotonic() < end:
+        gc.collect()
+        time.sleep(0.01)
+    return cond()
+
+
+def _run_in_thread(fn):
+    import threading
+
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join()
+
+
+def test_handle_cache_gives_an_ended_threads_handle_to_the_next_thread():
+    made, destroyed = [], []
+    cache = _handles.HandleCache("fake", lambda d: made.append(d.ordinal) or f"raw{len(made)}",
+                                 destroyed.append)
+    dev = _FakeDevice(0)
+    got = []
+    _run_in_thread(lambda: got.append(cache.get(dev)))
+    assert made == [0] and dev.entered == 1       # created with the device's context current
+    assert _wait_until(lambda: cache.free == 1)   # the thread ended: its handle is free
+    _run_in_thread(lambda: got.append(cache.get(dev)))
+    assert got[1] is got[0] and made == [0]       # taken over, not created again
+    assert len(cache) == 1 and destroyed == []    # nothing is destroyed before exit
+    assert _wait_until(lambda: cache.free == 1)
+
+
+def test_handle_cache_makes_one_handle_per_live_thread_and_device():
+    import threading
+
+    made = []
+    cache = _handles.HandleCache("fake", lambda d: made.append(d.ordinal) or object(),
+                                 lambda raw: None)
+    dev0, dev1 = _FakeDevice(0), _FakeDevice(1)
+    both_have = threading.Barrier(2)
+    got = {}
+
+    def work(name):
+        got[name] = (cache.get(dev0), cache.get(dev0), cache.get(dev1))
+        both_have.wait()            # both threads alive at once: no handle is free to share
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (a0, a0_again, a1), (b0, _, b1) = got["a"], got["b"]
+    assert a0 is a0_again                          # one handle per thread and device
+    assert len({id(a0), id(b0), id(a1), id(b1)}) == 4
+    assert sorted(made) == [0, 0, 1, 1] and len(cache) == 4
+    assert _wait_until(lambda: cache.free == 4)
+    # The next thread takes a free handle of each device it uses, and only of that device.
+    _run_in_thread(lambda: got.setdefault("c", cache.get(dev1)))
+    assert got["c"] in (a1, b1) and sorted(made) == [0, 0, 1, 1]
+    assert _wait_until(lambda: cache.free == 4)
+    assert "4 handle(s)" in repr(cache)

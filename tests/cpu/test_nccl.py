@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 from cudalibs import dtypes, errors, nccl  # noqa: E402
 from cudalibs.driver.array import DeviceArray  # noqa: E402
-from cudalibs.nccl import _lib, bootstrap, comm as C  # noqa: E402
+from cudalibs.nccl import _lib, bootstrap, collectives as CO, comm as C  # noqa: E402
 
 IN_PROGRESS = 7
 
@@ -84,10 +84,10 @@ class NoNccl:
 def fake(monkeypatch):
     lib = FakeNccl()
     monkeypatch.setattr(_lib, "get", lambda: lib)
-    monkeypatch.setattr(C, "_version_cache", [(2, 28, 9)])
-    C._type_cache.clear()
+    monkeypatch.setattr(CO, "_version_cache", [(2, 28, 9)])
+    CO._type_cache.clear()
     yield lib
-    C._type_cache.clear()
+    CO._type_cache.clear()
 
 
 DEV0, DEV1 = FakeDevice(0), FakeDevice(1)
@@ -246,13 +246,13 @@ def test_unsupported_types_and_versions(fake, monkeypatch):
     a8 = fake_array((3,), dtypes.float8_e4m3fn, device=old._device)
     with pytest.raises(TypeError, match="sm_90"):
         old.all_reduce(a8, out=a8)
-    monkeypatch.setattr(C, "_version_cache", [(2, 19, 3)])
-    C._type_cache.clear()
+    monkeypatch.setattr(CO, "_version_cache", [(2, 19, 3)])
+    CO._type_cache.clear()
     f8 = fake_array((3,), dtypes.float8_e5m2)
     with pytest.raises(TypeError, match="2.24"):
         c.all_reduce(f8, out=f8)
-    monkeypatch.setattr(C, "_version_cache", [(2, 9, 9)])
-    C._type_cache.clear()
+    monkeypatch.setattr(CO, "_version_cache", [(2, 9, 9)])
+    CO._type_cache.clear()
     bf = fake_array((3,), dtypes.bfloat16)
     with pytest.raises(TypeError, match="2.10"):
         c.all_reduce(bf, out=bf)
@@ -518,8 +518,8 @@ def test_sync_timeout(fake, monkeypatch):
     c = make_comm(blocking=False, timeout=0.05)
 
     class Busy:
-        _device = None
-        _h = None
+        device = None
+        raw = None
 
         def query(self):
             return False

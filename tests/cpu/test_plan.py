@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from cudalibs import ClosedError
-from cudalibs.driver import plan as P
-from cudalibs.driver.operand import operand, operands
+from cudalibs.runtime import cache as C, front, plan as P, tuning as T
+from cudalibs.runtime.operand import operand, operands
 
 
 # -- named keys and the cache ---------------------------------------------------------------
-KIND = P.KeyKind("toy", ("shape", "dtype"))
+KIND = C.KeyKind("toy", ("shape", "dtype"))
 
 
 class _Freed:
@@ -74,7 +74,7 @@ def test_key_kind_names_fields_and_checks_arity():
 
 def test_cache_is_lru_bounded_and_drops_evicted_plans():
     freed = _Freed()
-    c = P.PlanCache(maxsize=2)
+    c = C.PlanCache(maxsize=2)
     c.put(KIND.key(1, "f"), _Toy(freed, 1))
     c.put(KIND.key(2, "f"), _Toy(freed, 2))
     assert c.get(KIND.key(1, "f")) is not None          # 1 is now most recently used
@@ -94,7 +94,7 @@ def test_cache_is_lru_bounded_and_drops_evicted_plans():
 
 def test_evicted_plan_held_by_a_caller_stays_usable_until_released():
     freed = _Freed()
-    c = P.PlanCache(maxsize=1)
+    c = C.PlanCache(maxsize=1)
     held = c.put(KIND.key(1, "f"), _Toy(freed, 1))
     c.put(KIND.key(2, "f"), _Toy(freed, 2))
     assert not held.closed and freed.calls == []         # a caller still holds it
@@ -106,7 +106,7 @@ def test_evicted_plan_held_by_a_caller_stays_usable_until_released():
 
 def test_cache_first_insert_wins_and_the_loser_is_closed():
     freed = _Freed()
-    c = P.PlanCache(maxsize=4)
+    c = C.PlanCache(maxsize=4)
     first = c.put(KIND.key(1, "f"), _Toy(freed, "first"))
     loser = _Toy(freed, "second")
     got = c.put(KIND.key(1, "f"), loser)
@@ -114,8 +114,8 @@ def test_cache_first_insert_wins_and_the_loser_is_closed():
 
 
 def test_cache_clear_by_kind():
-    other = P.KeyKind("other", ("x",))
-    c = P.PlanCache(maxsize=8)
+    other = C.KeyKind("other", ("x",))
+    c = C.PlanCache(maxsize=8)
     freed = _Freed()
     c.put(KIND.key(1, "f"), _Toy(freed, 1))
     c.put(other.key(1), _Toy(freed, 2))
@@ -124,8 +124,11 @@ def test_cache_clear_by_kind():
     assert c.clear() == 1 and len(c) == 0
 
 
-def test_cache_threads_never_exceed_the_bound_and_agree_on_one_plan_per_key():
-    c = P.PlanCache(maxsize=16)
+def test_cache_threads_never_exceed_the_bound_and_agree_on_one_plan_per_key(monkeypatch):
+    c = C.PlanCache(maxsize=16)
+    # The one front over a private cache, so the process-wide one is left alone.
+    monkeypatch.setattr(front, "cache", c)
+    monkeypatch.setattr(front, "lookup", c.lookup)
     freed = _Freed()
     seen: dict = {}
     lock = threading.Lock()
@@ -133,7 +136,7 @@ def test_cache_threads_never_exceed_the_bound_and_agree_on_one_plan_per_key():
     def work(t):
         for i in range(400):
             key = KIND.key(i % 24, "f")
-            p = c.get_or_build(key, lambda: _Toy(freed, (t, i)))
+            p = front.planned(key, lambda: _Toy(freed, (t, i)))
             # an evicted plan is still open for the thread that holds it
             assert not p.closed
             with lock:
@@ -201,7 +204,7 @@ def test_autotune_keeps_the_fastest_and_a_second_plan_reads_it_from_disk(store, 
     assert "autotuned" in repr(p) and "1000.0 us" in repr(p)
     assert store.exists()
     # A new process would build a new store object: drop the cached one.
-    P._store[0] = None
+    T._store[0] = None
     q = _Toy(_Freed())
     q.autotune()
     assert q.choice == 1 and q.tuned and calls == [3]        # no second timing
@@ -214,7 +217,7 @@ def test_a_corrupt_or_stale_store_entry_is_measured_again(store, monkeypatch):
     monkeypatch.setattr(P, "time_candidates", _fake_timer([2.0, 1.0, 3.0], calls))
     monkeypatch.setattr(P, "as_stream", lambda s, d=None: None)
     store.write_text("{not json")
-    P._store[0] = None
+    T._store[0] = None
     p = _Toy(_Freed())
     p.autotune()
     assert calls == [3] and p.choice == 1
@@ -225,7 +228,7 @@ def test_a_corrupt_or_stale_store_entry_is_measured_again(store, monkeypatch):
         rec["value"]["candidate"] = "gone"
         rec["value"]["index"] = 7
     store.write_text(json.dumps(data))
-    P._store[0] = None
+    T._store[0] = None
     q = _Toy(_Freed())
     q.autotune()
     assert calls == [3, 3] and q.choice == 1
@@ -233,7 +236,7 @@ def test_a_corrupt_or_stale_store_entry_is_measured_again(store, monkeypatch):
 
 def test_tuning_store_off_keeps_results_in_memory(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDALIBS_TUNING_CACHE", "off")
-    st = P.tuning_store()
+    st = T.tuning_store()
     assert st.path is None
     st.put("k", {"candidate": 1})
     assert st.get("k") == {"candidate": 1}
@@ -242,23 +245,25 @@ def test_tuning_store_off_keeps_results_in_memory(monkeypatch, tmp_path):
 
 def test_tuning_store_merges_writers(tmp_path):
     path = str(tmp_path / "t.json")
-    a, b = P.TuningStore(path), P.TuningStore(path)
+    a, b = T.TuningStore(path), T.TuningStore(path)
     a.put("one", {"candidate": 1})
     b.put("two", {"candidate": 2})
-    c = P.TuningStore(path)
+    c = T.TuningStore(path)
     assert c.get("one") == {"candidate": 1} and c.get("two") == {"candidate": 2}
     c.clear()
-    assert P.TuningStore(path).get("one") is None
+    assert T.TuningStore(path).get("one") is None
 
 
 def test_release_all_clears_the_cache_and_runs_hooks(monkeypatch):
     ran = []
-    monkeypatch.setattr(P, "RELEASE_HOOKS", [lambda: ran.append(1)])
+    monkeypatch.setattr(C, "RELEASE_HOOKS", [lambda: ran.append(1)])
+    monkeypatch.setattr(C, "RELEASE_LAST", [lambda: ran.append(2)])
     freed = _Freed()
-    P.cache.put(KIND.key("release", "f"), _Toy(freed, "r"))
-    P.release_all()
+    C.cache.put(KIND.key("release", "f"), _Toy(freed, "r"))
+    C.release_all()
     gc.collect()
-    assert ran == [1] and KIND.key("release", "f") not in P.cache and freed.calls == ["r"]
+    # the pools' trim (RELEASE_LAST) runs after every other hook
+    assert ran == [1, 2] and KIND.key("release", "f") not in C.cache and freed.calls == ["r"]
 
 
 # -- the one operand path -------------------------------------------------------------------
@@ -314,3 +319,61 @@ def test_asarray_checks_host_numpy_before_dlpack():
 
     with pytest.raises(TypeError, match="host numpy array; copy it to the GPU first"):
         cl.asarray(np.zeros(2))
+
+
+class _Float8Tensor:
+    """A producer whose __cuda_array_interface__ cannot describe its dtype (as torch's float8
+    tensors raise KeyError) and which speaks no DLPack."""
+
+    dtype = "torch.float8_e4m3fn"
+
+    @property
+    def __cuda_array_interface__(self):
+        raise KeyError("float8_e4m3fn")
+
+
+def test_a_producer_failing_to_describe_its_dtype_is_a_type_error_naming_it():
+    import cudalibs as cl
+
+    with pytest.raises(TypeError, match=r"_Float8Tensor of dtype torch.float8_e4m3fn cannot be "
+                                        r"described through __cuda_array_interface__ "
+                                        r"\(KeyError: 'float8_e4m3fn'\) and has no __dlpack__"):
+        cl.asarray(_Float8Tensor())
+    with pytest.raises(TypeError, match="matmul: b: a _Float8Tensor of dtype "
+                                        "torch.float8_e4m3fn"):
+        operand(_Float8Tensor(), "b", "matmul")
+
+
+def test_a_failed_description_with_host_dlpack_gets_the_host_message():
+    import cudalibs as cl
+
+    class HostFloat8(_Float8Tensor):
+        def __dlpack__(self, stream=None, max_version=None):
+            raise AssertionError("must not be consumed")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match=r"HostFloat8 in host memory \(DLPack device \(1, 0\)\)"):
+        cl.asarray(HostFloat8())
+
+
+def test_untyped_two_byte_elements_go_through_dlpack():
+    """bfloat16 as PyTorch describes it through __cuda_array_interface__ ("<V2", raw bytes)
+    is taken through DLPack, which names the dtype; what DLPack refuses is a TypeError."""
+    import cudalibs as cl
+
+    class Bfloat16Tensor:
+        dtype = "torch.bfloat16"
+        __cuda_array_interface__ = {"shape": (2,), "typestr": "<V2", "data": (1 << 20, False),
+                                    "version": 3}
+
+        def __dlpack_device__(self):
+            return (2, 0)           # kDLCUDA
+
+        def __dlpack__(self, stream=None, max_version=None, **kw):
+            raise BufferError("not exported")
+
+    with pytest.raises(TypeError, match="Bfloat16Tensor of dtype torch.bfloat16 cannot be "
+                                        "exported through DLPack"):
+        cl.asarray(Bfloat16Tensor())

@@ -29,8 +29,8 @@ import pytest
 import cudalibs as cl
 from cudalibs import dtypes, kernels
 from cudalibs import ptx as P
-from cudalibs.driver import ptxlib
-from cudalibs.driver.array import DeviceArray, _c_strides
+from cudalibs.runtime import ptxlib
+from cudalibs.driver.array import DeviceArray, c_strides
 from cudalibs.errors import ClosedError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,7 +305,7 @@ def fake(shape, dtype, device=DEV0, strides=None, buffer=None):
         ptr = _next_address[0]
         _next_address[0] += (nbytes + 255) // 256 * 256 + 256
         buffer = _FakeBuffer(ptr)
-    strides = _c_strides(shape, dt.itemsize) if strides is None else strides
+    strides = c_strides(shape, dt.itemsize) if strides is None else strides
     return DeviceArray._view(buffer._ptr, shape, strides, dt, device, buffer, None)
 
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudalibs import dtypes
-from cudalibs.cudnn import _lib, rnn as R, rnn_weights as W
+from cudalibs.cudnn import _lib
+from cudalibs.cudnn.rnn import descriptors as RD, plan as R, weights as W
 from cudalibs.driver.array import DeviceArray
 from cudalibs.errors import ClosedError, CudnnError
 from cudalibs.testing.ref import _rnn as ref
@@ -241,7 +242,7 @@ def test_rnn_descriptor_round_trip(mode, dtype):
     proj = 5 if mode == "lstm" else 0
     spec = W.rnn_spec(mode, 12, 16, num_layers=2, bidirectional=True, proj_size=proj,
                       bias=mode != "gru", dtype=dtypes.lookup(dtype).numpy)
-    with R.RNNDescriptor(spec, _lib.CUDNN_RNN_ALGO_STANDARD) as d:
+    with RD.RNNDescriptor(spec, _lib.CUDNN_RNN_ALGO_STANDARD) as d:
         got = d.read()
         assert "standard" in repr(d)
     assert d.closed
@@ -258,12 +259,12 @@ def test_rnn_descriptor_round_trip(mode, dtype):
 def test_persistent_algorithm_refuses_a_projection():
     spec = W.rnn_spec("lstm", 12, 16, proj_size=8)
     with pytest.raises(CudnnError) as info:
-        R.RNNDescriptor(spec, _lib.CUDNN_RNN_ALGO_PERSIST_STATIC)
+        RD.RNNDescriptor(spec, _lib.CUDNN_RNN_ALGO_PERSIST_STATIC)
     assert info.value.status == _lib.CUDNN_STATUS_NOT_SUPPORTED
 
 
 def test_rnn_data_descriptor_round_trip_and_limits():
-    with R.RNNDataDescriptor(_lib.CUDNN_DATA_HALF, _lib.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
+    with RD.RNNDataDescriptor(_lib.CUDNN_DATA_HALF, _lib.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
                              6, 3, 10, (6, 2, 4)) as d:
         dt, layout, t, b, v = (ctypes.c_int() for _ in range(5))
         lens, fill = (ctypes.c_int * 3)(), ctypes.c_double(7.0)
@@ -276,7 +277,7 @@ def test_rnn_data_descriptor_round_trip_and_limits():
         assert np.frombuffer(bytes(fill)[:2], np.float16)[0] == 0   # the padding symbol
     # the library checks what the plan checks first: a length beyond T
     with pytest.raises(CudnnError, match="maxSeqLength"):
-        R.RNNDataDescriptor(_lib.CUDNN_DATA_FLOAT, _lib.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
+        RD.RNNDataDescriptor(_lib.CUDNN_DATA_FLOAT, _lib.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
                             4, 2, 8, (4, 5))
 
 
@@ -368,7 +369,7 @@ def test_lengths_all_full_share_the_unpadded_entry():
 
 def test_backward_checks_the_state():
     p, q = _plan(), _plan()
-    st = R.RNNState()
+    st = RD.RNNState()
     st.plan, st.stage, st.algo, st.seq_len, st.batch = p, "forward", "standard", 5, 3
     with pytest.raises(ValueError, match="run backward_data on this state first"):
         p.backward_weights(st)

@@ -107,6 +107,16 @@ def two_devices():
 
 
 @pytest.fixture()
+def process_options():
+    """``cudalibs.set_options`` for one test: the process-wide options (what every thread
+    sees, worker threads included, unlike an ``option_context`` block, which is the calling
+    thread's own) are put back as they were when the test ends, pass or fail."""
+    saved = cudalibs.set_options()      # no changes: returns the options in force
+    yield cudalibs.set_options
+    cudalibs.set_options(saved)
+
+
+@pytest.fixture()
 def rng(request):
     import numpy as np
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import cudalibs as cl
-from cudalibs.driver import plan as P
+from cudalibs.runtime import plan as P
+from cudalibs.runtime.cache import cache as plan_cache
 
 HOST = r"is a host numpy array; copy it to the GPU first with cudalibs.to_device\(\)"
 
@@ -51,7 +52,7 @@ def test_asarray_refuses_host_numpy_though_it_speaks_dlpack(device):
 
 
 def test_operand_device_and_closed_checks(device):
-    from cudalibs.driver.operand import operand
+    from cudalibs.runtime.operand import operand
 
     a = cl.to_device(np.ones((2, 3), np.float32))
     assert operand(a, "a", "op", ndim=2, dtypes=(np.dtype(np.float32),), contiguous=True) is a
@@ -127,21 +128,21 @@ def test_scratch_is_random_and_never_zero(device):
 def test_one_shot_plans_share_one_bounded_cache(device):
     from cudalibs import cublas
 
-    keep = P.cache.maxsize
+    keep = plan_cache.maxsize
     try:
-        P.cache.clear()
-        P.cache.maxsize = 8
+        plan_cache.clear()
+        plan_cache.maxsize = 8
         for n in range(1, 30):
             a = cl.to_device(np.ones((n, 3), np.float32))
             cublas.gemm(a, a.T)
             cublas.matmul(a, a.T)
-            assert len(P.cache) <= 8
-        kinds = {e.kind for e in P.cache.entries()}
+            assert len(plan_cache) <= 8
+        kinds = {e.kind for e in plan_cache.entries()}
         assert kinds, "the one-shot functions put their plans in the one cache"
-        for e in P.cache.entries():
+        for e in plan_cache.entries():
             assert isinstance(e.key, dict) and e.key
     finally:
-        P.cache.maxsize = keep
+        plan_cache.maxsize = keep
 
 
 def test_release_all_frees_what_cudalibs_holds(device):
@@ -154,11 +155,11 @@ def test_release_all_frees_what_cudalibs_holds(device):
     w = cl.to_device(np.ones((4, 4, 3, 3), np.float32), stream=s)
     cudnn.conv_forward(x, w, padding=1, stream=s)
     s.sync()
-    assert len(P.cache) > 0
+    assert len(plan_cache) > 0
     del a, x, w
     gc.collect()
     cl.release_all()
-    assert len(P.cache) == 0
+    assert len(plan_cache) == 0
     pool = device.memory_pool
     assert pool.cached_bytes == 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import _op, _wide
+from ._common import blas_op, wide_type
 
 __all__ = ["gemm"]
 
@@ -32,9 +32,9 @@ def gemm(a, b, c=None, alpha=1, beta=0, trans_a=False, trans_b=False) -> np.ndar
     ValueError
         Inner dimensions differ, or ``c`` does not broadcast to the product's shape.
     """
-    wide = _wide(a, b, *(() if c is None else (c,)), alpha, beta)
-    A = _op(np.asarray(a).astype(wide), trans_a)
-    B = _op(np.asarray(b).astype(wide), trans_b)
+    wide = wide_type(a, b, *(() if c is None else (c,)), alpha, beta)
+    A = blas_op(np.asarray(a).astype(wide), trans_a)
+    B = blas_op(np.asarray(b).astype(wide), trans_b)
     if A.ndim < 2 or B.ndim < 2:
         raise ValueError(f"gemm needs matrices, got op(a) {A.shape} and op(b) {B.shape}")
     if A.shape[-1] != B.shape[-2]:

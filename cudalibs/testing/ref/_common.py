@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def _wide(*arrays) -> type:
+def wide_type(*arrays) -> type:
+    """The float64 (or complex128) type a reference computes ``arrays`` in."""
     return np.complex128 if any(np.asarray(x).dtype.kind == "c" for x in arrays) else np.float64
 
 
-def _op(x: np.ndarray, trans) -> np.ndarray:
+def blas_op(x: np.ndarray, trans) -> np.ndarray:
     """Apply a BLAS ``op``: False/"N" none, True/"T" transpose, "C" conjugate transpose."""
     if trans in (False, None, "N", "n"):
         return x

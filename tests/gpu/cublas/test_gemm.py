@@ -1,7 +1,5 @@
 """cuBLAS GEMM against float64 numpy: every dtype, layout, alpha/beta, batching, tuning, graphs."""
 
-import importlib
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +8,7 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cublas
 from cudalibs import testing as T
-from cudalibs.driver.plan import cache as plan_cache
+from cudalibs.runtime.cache import cache as plan_cache
 
 from .._threads import in_threads
 from ._util import LAYOUTS, on_device, poisoned
@@ -259,42 +257,66 @@ def test_handles_are_per_thread(device, rng):
         T.assert_close(r, T.ref.gemm(a, a), np.float32)
 
 
+@pytest.mark.parametrize("backend", ["auto", "cublas"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_replay_computes_what_the_call_would(device, rng, dtype):
-    """replay=True: the second identical call is captured, later ones launch the graph; each
-    reads the arrays' current contents, and other scalars or arrays are other calls."""
-    gemm_mod = importlib.import_module("cudalibs.cublas.gemm")
+def test_repeated_calls_compute_what_the_call_would(device, rng, dtype, backend):
+    """Repeated calls of a problem relaunch the library's recorded kernels (``replay=True`` is
+    accepted and changes nothing): each call reads the arrays' current contents, and other
+    scalars are another call shape, recorded (or refused, with a reason) on its own."""
     dt = cl.dtypes.lookup(dtype).numpy
+    plan_cache.clear("gemm")        # the one plan of this problem is the one looked at below
     s = cl.Stream()
     a = cl.empty((33, 20), dt, stream=s)
     b = cl.empty((20, 17), dt, stream=s)
     out = poisoned((33, 17), dt, stream=s)
-    for i in range(4):
-        ah, bh = T.random_array((33, 20), dt, rng=rng), T.random_array((20, 17), dt, rng=rng)
-        a.copy_(ah, stream=s)
-        b.copy_(bh, stream=s)
-        assert cublas.gemm(a, b, out, stream=s, replay=True) is out
-        T.assert_close(out.get(stream=s), T.ref.gemm(ah, bh), dtype, msg=f"call {i}")
-        # another scalar is another call (and another graph from its second occurrence on)
-        cublas.gemm(a, b, out, alpha=0.5, beta=0.0, stream=s, replay=True)
-        T.assert_close(out.get(stream=s), 0.5 * T.ref.gemm(ah, bh), dtype, msg=f"alpha {i}")
-    plan = next(e.plan for e in plan_cache.entries("gemm")
-                if e.plan.replays and e.key["out_shape"] == (33, 17) and e.key["a_dtype"] == dt)
-    graphs = [e for e in plan.replays.values() if isinstance(e, gemm_mod._Replay)]
-    assert len(graphs) == 2, plan.replays
-    # strided-batched, allocating: the pool hands the same block back, so the graph serves it
-    a3 = cl.to_device(T.random_array((5, 8, 6), dt, rng=rng), stream=s)
-    b3h = T.random_array((5, 6, 7), dt, rng=rng)
-    b3 = cl.to_device(b3h, stream=s)
-    for _ in range(4):
-        y = cublas.gemm_strided_batched(a3, b3, stream=s, replay=True)
-        T.assert_close(y.get(stream=s), T.ref.gemm(a3.get(stream=s), b3h), dtype)
-        del y
-    # ignored where it cannot apply: the legacy stream, and inside a capture block
-    cublas.gemm(a, b, out, replay=True)
-    cl.default_stream().sync()
-    cublas.handle.prepare(s)
-    with cl.graph.capture(s) as g:
-        cublas.gemm(a, b, out, stream=s, replay=True)
-    assert g.num_nodes >= 1
+    # Six calls of each shape: a recording that raises is tried again on later calls, and
+    # after three tries refused, so by the sixth call every shape is decided.
+    with cl.option_context(gemm_backend=backend):
+        for i in range(6):
+            ah = T.random_array((33, 20), dt, rng=rng)
+            bh = T.random_array((20, 17), dt, rng=rng)
+            a.copy_(ah, stream=s)
+            b.copy_(bh, stream=s)
+            assert cublas.gemm(a, b, out, stream=s, replay=True) is out
+            T.assert_close(out.get(stream=s), T.ref.gemm(ah, bh), dtype, msg=f"call {i}")
+            # another scalar is another call shape
+            cublas.gemm(a, b, out, alpha=0.5, beta=0.0, stream=s, replay=True)
+            T.assert_close(out.get(stream=s), 0.5 * T.ref.gemm(ah, bh), dtype,
+                           msg=f"alpha {i}")
+        plan = next(e.plan for e in plan_cache.entries("gemm")
+                    if e.key["out_shape"] == (33, 17) and e.key["a_dtype"] == dt)
+        info = plan.relaunch_info()
+        # What replaced the replay graphs: each call shape was recorded on its second call,
+        # or refused with a reason.  cublasGemmEx (the "cublas" backend, or a problem
+        # cuBLASLt has no algorithm for) keys its shapes by the scalars: two of them.  The
+        # cuBLASLt route relaunches the plan's own scalars only: one.
+        shapes = 1 if plan.lt else 2
+        assert info["recorded"] + info["refused"] == shapes, (info, plan)
+        assert info["pending"] == 0 and info["failed"] == 0, info
+        if backend == "cublas":
+            assert not plan.lt, plan            # never built when the backend is cuBLAS
+            assert len(plan.relaunches) + len(plan.relaunches.reasons()) == 2, info
+        total = cl.plan_cache.info()["relaunch"]
+        assert total["recorded"] >= info["recorded"] and total["refused"] >= info["refused"]
+        # strided-batched, allocating: every call's output is a new block, whose address
+        # the relaunch takes like any other
+        a3 = cl.to_device(T.random_array((5, 8, 6), dt, rng=rng), stream=s)
+        b3h = T.random_array((5, 6, 7), dt, rng=rng)
+        b3 = cl.to_device(b3h, stream=s)
+        for _ in range(4):
+            y = cublas.gemm_strided_batched(a3, b3, stream=s, replay=True)
+            T.assert_close(y.get(stream=s), T.ref.gemm(a3.get(stream=s), b3h), dtype)
+            del y
+        # the legacy stream computes the product too
+        s.sync()
+        out.fill(T.poison_value(dt), stream=s)
+        s.sync()
+        cublas.gemm(a, b, out, replay=True)
+        cl.default_stream().sync()
+        T.assert_close(out.get(), T.ref.gemm(ah, bh), dtype, msg="legacy stream")
+        # inside a capture block the library call itself is captured
+        cublas.handle.prepare(s)
+        with cl.graph.capture(s) as g:
+            cublas.gemm(a, b, out, stream=s, replay=True)
+        assert g.num_nodes >= 1
     s.sync()

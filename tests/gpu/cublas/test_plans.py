@@ -10,7 +10,8 @@ import pytest
 import cudalibs as cl
 from cudalibs import cublas
 from cudalibs import testing as T
-from cudalibs.driver import plan as plan_mod
+from cudalibs.runtime import plan as plan_mod
+from cudalibs.runtime.cache import cache as plan_cache
 
 
 @pytest.fixture()
@@ -65,13 +66,13 @@ def test_gemm_plan_tuning_persists(device, rng, store):
     assert info["algo"] in cublas.GEMM_ALGOS and info["ms"] > 0
     cublas.clear_algo_cache()
     res = cublas.gemm(a, a, algo="tuned")          # a new plan: the store answers
-    (e,) = [e for e in plan_mod.cache.entries("gemm") if e.key["algo"] == "tuned"]
+    (e,) = [e for e in plan_cache.entries("gemm") if e.key["algo"] == "tuned"]
     assert e.plan.tuned and e.plan.algo == info["algo"]
     T.assert_close(res, T.ref.gemm(a.get(), a.get()), np.float32)
 
 
 def test_cache_bound_frees_evicted_plans(device, rng):
-    cache = plan_mod.cache
+    cache = plan_cache
     old = cache.maxsize
     cache.clear()
     try:

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cublas
 from cudalibs import testing as T
-from cudalibs.driver import relaunch
-from cudalibs.driver.plan import cache as plan_cache
+from cudalibs.runtime import relaunch
+from cudalibs.runtime.cache import cache as plan_cache
 
 from .._threads import match_serial
 from ._util import on_device, poisoned
@@ -36,15 +36,21 @@ def _plan(a, b, compute):
     raise AssertionError("no cached plan for this problem")
 
 
+def _lt_state(p):
+    """The relaunch of the plan's cuBLASLt route (its Matmul plan, called with c as the
+    output), the reason it has none, or None before the route's second call."""
+    assert p.lt, f"the cuBLASLt route is not in use: {p!r}"
+    return p.lt.relaunches.state((p.lt.choice, True))
+
+
 def _library_results(calls, compute, s):
     """The products through the cuBLASLt call itself (relaunching off)."""
     plan_cache.clear("gemm")
-    old = relaunch.ENABLED
-    relaunch.ENABLED = False
     try:
-        return [cublas.gemm(a, b, compute=compute, stream=s).get(stream=s) for a, b in calls]
+        with cl.option_context(relaunch=False):
+            return [cublas.gemm(a, b, compute=compute, stream=s).get(stream=s)
+                    for a, b in calls]
     finally:
-        relaunch.ENABLED = old
         plan_cache.clear("gemm")
 
 
@@ -78,7 +84,7 @@ def test_relaunched_gemm_is_the_library_call(device, lt_backend, dtype, compute,
         out = cublas.gemm(a, b, compute=compute, stream=s)
         got.append(out.get(stream=s))
     p = _plan(a0, b0, compute)
-    state = p.relaunches.state(None)
+    state = _lt_state(p)
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.tobytes() == w.tobytes(), f"call {i} differs from cublasLtMatmul ({state!r})"
     ha, hb = hosts[0]
@@ -98,7 +104,7 @@ def test_relaunch_engages_for_a_small_gemm(device, lt_backend):
     for o in outs:
         cublas.gemm(a, b, o, stream=s)
     p = next(e.plan for e in plan_cache.entries("gemm") if e.key["out_shape"] == (64, 64))
-    rl = p.relaunches.state(None)
+    rl = _lt_state(p)
     assert isinstance(rl, relaunch.KernelRelaunch), rl
     assert rl.patched_words >= 4
     assert "KernelRelaunch cublasLtMatmul" in repr(rl) and rl.nodes >= 1
@@ -112,7 +118,7 @@ def test_relaunch_engages_for_a_small_gemm(device, lt_backend):
     gc.collect()
     assert rl.closed
     with pytest.raises(cl.ClosedError):
-        rl.launch((0, 0, 0, 0), s._h)
+        rl.launch((0, 0, 0, 0), s.raw)
     T.assert_close(cublas.gemm(a, b, stream=s).get(stream=s), want, dtype="float32")
     s.close()
 
@@ -158,8 +164,7 @@ def test_threads_relaunch_bitwise(device, lt_backend):
     match_serial(device, [lambda s, o=o: cublas.gemm(*o, stream=s) for o in ops], repeats=20,
                  copy_each=True, pick=lambda t, r: ((t + r) % len(ops),))
     p = _plan(*ops[0], None)
-    assert isinstance(p.relaunches.state(None), relaunch.KernelRelaunch), \
-        p.relaunches.state(None)
+    assert isinstance(_lt_state(p), relaunch.KernelRelaunch), _lt_state(p)
     s0.close()
 
 
@@ -179,7 +184,7 @@ def test_split_and_semaphore_calls_relaunch(device, lt_backend):
         plan_cache.clear("gemm")
         outs = [cublas.gemm(a, b, stream=s) for b in bs]
         p = _plan(a, bs[0], None)
-        state = p.relaunches.state(None)
+        state = _lt_state(p)
         assert isinstance(state, (relaunch.KernelRelaunch, str)) and state
         for o, hb in zip(outs, hbs):
             T.assert_close(o.get(stream=s), T.ref.gemm(ha, hb), dtype=np.dtype(dt).name)
@@ -219,12 +224,8 @@ def _matmul_calls(epi, dt, rng, s, M=96, N=64, K=80):
 def test_relaunched_matmul_is_the_library_call(device, epi):
     dt = cl.dtypes.bfloat16 if "gelu" in epi else np.float32
     s = cl.Stream()
-    old = relaunch.ENABLED
-    relaunch.ENABLED = False
-    try:
+    with cl.option_context(relaunch=False):
         _, want = _matmul_calls(epi, dt, np.random.default_rng(7), s)
-    finally:
-        relaunch.ENABLED = old
     plan, got = _matmul_calls(epi, dt, np.random.default_rng(7), s)
     for i, (g, w) in enumerate(zip(got, want)):
         for j, (x, y) in enumerate(zip(g, w)):
@@ -246,7 +247,7 @@ def test_a_memset_and_kernel_call_relaunches_bitwise(device, lt_backend):
     calls = [(a, bs[0]), (a, bs[0]), (a, bs[1]), (a, bs[2])]
     want = _library_results(calls, None, s)
     got = [cublas.gemm(x, y, stream=s).get(stream=s) for x, y in calls]
-    state = _plan(a, bs[0], None).relaunches.state(None)
+    state = _lt_state(_plan(a, bs[0], None))
     assert isinstance(state, (relaunch.KernelRelaunch, str)) and state
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.tobytes() == w.tobytes(), f"call {i} differs from cublasLtMatmul ({state!r})"

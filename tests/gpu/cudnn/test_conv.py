@@ -1,9 +1,10 @@
 """cuDNN convolution against the float64 numpy references: forward, backward data/filter/bias,
 fused conv+bias+activation, both layouts, 2-D and 3-D, algorithm choice and plan caching.
 
-Every test runs twice: with the graph (backend) API enabled (``conv.GRAPH_API = True``, the
-default: problems it takes run there, the rest fall back to legacy plans) and with the legacy
-API only.  tests/gpu/cudnn/test_graph.py checks that the graph path is really taken."""
+Every test runs twice: with the graph (backend) API enabled (``Options.conv_graph_api``
+True, the default: problems it takes run there, the rest fall back to legacy plans) and with
+the legacy API only.  tests/gpu/cudnn/test_graph.py checks that the graph path is really
+taken."""
 
 import ctypes
 
@@ -16,21 +17,30 @@ import cudalibs as cl
 from cudalibs.cudnn.descriptors import layouts_of
 from cudalibs import cudnn
 from cudalibs import testing as T
-from cudalibs.cudnn import conv as conv_mod
-from cudalibs.cudnn import conv_graph
+from cudalibs.cudnn import backend as be
+from cudalibs.cudnn.backend import engines
 from cudalibs.testing import ref
 
 from .._threads import in_threads
 from ._helpers import FLOATS, GPU, is_channels_last, poisoned, rand
 
 
+def limit_the_engine_search(monkeypatch, compiled=1, plans=4):
+    """Few candidates per graph-API search: the many small problems here stay quick.  The
+    plans read FIND_MAX_PLANS through the ``cudnn.backend`` package and the search reads
+    FIND_MAX_COMPILED in ``backend.engines``, so both names are set in both places."""
+    for mod in (be, engines):
+        monkeypatch.setattr(mod, "FIND_MAX_COMPILED", compiled)
+        monkeypatch.setattr(mod, "FIND_MAX_PLANS", plans)
+
+
 @pytest.fixture(autouse=True, params=["graph", "legacy"])
-def backend(request, monkeypatch):
-    """Run the test on the graph API (legacy fallbacks allowed) and on the legacy API only."""
-    monkeypatch.setattr(conv_mod, "GRAPH_API", request.param == "graph")
+def backend(request, monkeypatch, process_options):
+    """Run the test on the graph API (legacy fallbacks allowed) and on the legacy API only
+    (process-wide, so that the worker threads of a test see it too)."""
+    process_options(conv_graph_api=request.param == "graph")
     # one runtime-compiled candidate per search keeps the many small problems here quick
-    monkeypatch.setattr(conv_graph, "FIND_MAX_COMPILED", 1)
-    monkeypatch.setattr(conv_graph, "FIND_MAX_PLANS", 4)
+    limit_the_engine_search(monkeypatch)
     return request.param
 
 

@@ -10,17 +10,17 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cudnn
 from cudalibs import testing as T
-from cudalibs.cudnn import conv as conv_mod
-from cudalibs.cudnn import conv_graph
-from cudalibs.cudnn import graph as G
+from cudalibs.cudnn import backend
+from cudalibs.cudnn.backend import engines
+from cudalibs.cudnn.conv import lower
 from cudalibs.testing import ref
 
 from ._helpers import GPU, poisoned, rand
 
 
 @pytest.fixture(autouse=True)
-def graph_on(monkeypatch):
-    monkeypatch.setattr(conv_mod, "GRAPH_API", True)
+def graph_on(process_options):
+    process_options(conv_graph_api=True)
 
 
 def _plan(op, x_shape=None):
@@ -82,7 +82,7 @@ def test_backward_on_the_graph_path(device, rng, dtype, channels_last):
     assert pf.backend == "graph", repr(pf)
 
 
-def test_switch_and_scaling_pick_the_legacy_path(device, rng, monkeypatch):
+def test_switch_and_scaling_pick_the_legacy_path(device, rng, process_options):
     xh, x = rand((2, 8, 8, 8), "float16", rng, True)
     wh, w = rand((8, 8, 3, 3), "float16", rng, True)
     want = ref.conv_forward(xh, wh, padding=1)
@@ -98,7 +98,7 @@ def test_switch_and_scaling_pick_the_legacy_path(device, rng, monkeypatch):
     cudnn.conv_forward(x, w, padding=1, algo="implicit_precomp_gemm")
     assert _plan("forward").backend == "legacy"
     # the switch off: legacy plans only
-    monkeypatch.setattr(conv_mod, "GRAPH_API", False)
+    process_options(conv_graph_api=False)
     cudnn.clear_algo_cache()
     T.assert_close(cudnn.conv_forward(x, w, padding=1), want, np.float16)
     assert all(e.plan.backend == "legacy" for e in cudnn.algo_cache())
@@ -126,16 +126,21 @@ def test_misaligned_pointers_run_a_legacy_plan(device, rng):
 
 
 def test_variant_packs_are_cached_and_bounded(device, rng):
+    # The packs serve the calls made through cudnnBackendExecute; a recorded relaunch skips
+    # them, so relaunching is off here and every call below is such a call.  A fresh plan:
+    # one cached by an earlier test would hold packs of its pointers.
+    cudnn.clear_algo_cache()
     xh, x = rand((2, 8, 8, 8), "float16", rng, True)
     wh, w = rand((8, 8, 3, 3), "float16", rng, True)
-    y = cudnn.conv_forward(x, w, padding=1)
-    plan = _plan("forward", x.shape)
-    assert plan.backend == "graph", repr(plan)
-    for _ in range(5):
-        cudnn.conv_forward(x, w, padding=1, out=y)
-    assert len(plan.gplan._packs) == 1  # one pointer set, one pack
-    outs = [cudnn.conv_forward(x, w, padding=1) for _ in range(20)]
-    assert 1 <= len(plan.gplan._packs) <= G._PACK_CACHE_MAX
+    with cl.option_context(relaunch=False):
+        y = cudnn.conv_forward(x, w, padding=1)
+        plan = _plan("forward", x.shape)
+        assert plan.backend == "graph", repr(plan)
+        for _ in range(5):
+            cudnn.conv_forward(x, w, padding=1, out=y)
+        assert len(plan.gplan._packs) == 1  # one pointer set, one pack
+        outs = [cudnn.conv_forward(x, w, padding=1) for _ in range(20)]
+        assert 1 <= len(plan.gplan._packs) <= engines._PACK_CACHE_MAX
     want = ref.conv_forward(xh, wh, padding=1)
     for o in outs[-3:] + [y]:
         T.assert_close(o, want, np.float16)
@@ -204,7 +209,9 @@ def fused_problems(draw):
        seed=st.integers(0, 2**31))
 def test_fused_equals_composition_and_reference(device, p, dtype, cl_, act, with_z, seed,
                                                 monkeypatch):
-    monkeypatch.setattr(conv_graph, "FIND_MAX_COMPILED", 1)
+    # the search reads the bound in backend.engines (its package re-exports a copy)
+    monkeypatch.setattr(engines, "FIND_MAX_COMPILED", 1)
+    monkeypatch.setattr(backend, "FIND_MAX_COMPILED", 1)
     rng = np.random.default_rng(seed)
     xh, x = rand(p["x"], dtype, rng, cl_)
     wh, w = rand(p["w"], dtype, rng, cl_)
@@ -228,8 +235,8 @@ def test_fused_equals_composition_and_reference(device, p, dtype, cl_, act, with
     T.assert_close(y, y3.get().astype(np.float64), dtype, msg=repr(plan))
 
 
-def test_fused_legacy_when_switched_off(device, rng, monkeypatch):
-    monkeypatch.setattr(conv_mod, "GRAPH_API", False)
+def test_fused_legacy_when_switched_off(device, rng, process_options):
+    process_options(conv_graph_api=False)
     xh, x = rand((2, 8, 6, 6), "float16", rng, True)
     wh, w = rand((8, 8, 3, 3), "float16", rng, True)
     bh, b = rand((8,), "float16", rng)
@@ -249,7 +256,7 @@ def test_graph_plan_lifetime(device, rng):
     gp = plan.gplan
     assert "ExecutionPlan" in repr(gp) and gp.workspace_size >= 0
     gp.descriptor.close()  # a closed plan is rebuilt, never executed
-    assert not plan._alive()
+    assert not plan.usable()
     y = cudnn.conv_forward(x, w, padding=1)
     assert _plan("forward", x.shape) is not plan
     assert y.shape == (2, 8, 8, 8)
@@ -264,9 +271,9 @@ def test_fused_convolution_plus_epilogue_pass(device, rng, monkeypatch, dtype, c
     """With no fused engine (forced here), find takes the graph convolution and the
     channel_bias_act pass; cache hits rerun that pair, into the caller's out."""
     def no_engine(*a, **k):
-        raise conv_graph.NoGraph("forced off for this test")
+        raise backend.NoGraph("forced off for this test")
 
-    monkeypatch.setattr(conv_graph, "fused_graph", no_engine)
+    monkeypatch.setattr(lower, "fused_graph", no_engine)
     cudnn.clear_algo_cache()
     xh, x = rand((3, 16, 9, 9), dtype, rng, channels_last)
     wh, w = rand((24, 16, 3, 3), dtype, rng, channels_last)

@@ -18,7 +18,7 @@ from .._threads import match_serial
 
 # The module by its full name: once cudalibs.cudnn exports the function layer_norm, the
 # package attribute of that name is the function, not this module.
-LN = importlib.import_module("cudalibs.cudnn.norms")
+LN = importlib.import_module("cudalibs.cudnn.norm.layer")
 
 # Every engine cuDNN 9.19 offers for the norm graphs is compiled at run time (about half a
 # second per plan on an H100), so the examples draw problems from a few shapes -- each

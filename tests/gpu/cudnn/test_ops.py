@@ -139,7 +139,7 @@ def test_batch_norm_nhwc_half_takes_the_ex_path(device, shape, dtype, seed):
 
 
 def _cached_bn_plan(x):
-    from cudalibs.driver.plan import cache
+    from cudalibs.runtime.cache import cache
 
     found = [e.plan for e in cache.entries("cudnn_batch_norm") if e.key["x_shape"] == x.shape
              and e.key["x_strides"] == x.strides and e.key["dtype"] == x.dtype]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import cudnn
 from cudalibs import testing as T
-from cudalibs.driver import plan as plan_mod
+from cudalibs.runtime import plan as plan_mod
+from cudalibs.runtime import tuning as tuning_mod
 from cudalibs.errors import ClosedError
 from cudalibs.testing import ref
 
@@ -72,7 +73,7 @@ def test_forward_plan_protocol(device, rng, store):
 
 def test_autotune_is_persisted_and_reused_without_timing(device, rng, store, timings,
                                                         monkeypatch):
-    monkeypatch.setattr(plan_mod, "_store", [None])
+    monkeypatch.setattr(tuning_mod, "_store", [None])
     xh, x, wh, w = _problem(rng)
     p1 = cudnn.ConvForwardPlan(x, w, padding=1)
     cands = p1.autotune()
@@ -89,7 +90,7 @@ def test_autotune_is_persisted_and_reused_without_timing(device, rng, store, tim
     # a corrupt store file is measured again (and rewritten); a fresh store object reads
     # the file as a new process would
     store.write_text("{not json")
-    plan_mod._store[0] = None
+    tuning_mod._store[0] = None
     p3 = cudnn.ConvForwardPlan(x, w, padding=1)
     p3.autotune()
     assert len(timings) == n + 1
@@ -100,7 +101,7 @@ def test_autotune_is_persisted_and_reused_without_timing(device, rng, store, tim
         rec["value"]["candidate"] = "graph:eng-nonexistent"
         rec["value"]["index"] = 999
     store.write_text(json.dumps(data))
-    plan_mod._store[0] = None
+    tuning_mod._store[0] = None
     p4 = cudnn.ConvForwardPlan(x, w, padding=1)
     p4.autotune()
     assert len(timings) == n + 2
@@ -278,7 +279,7 @@ def test_batch_norm_plan_protocol(device, rng, store):
     assert "(timed)" in repr(plan) and not store.exists()
     # the one-shots keep their own plan in the cache, the held one is not shared
     cudnn.batch_norm_train(x, g, b)
-    from cudalibs.driver.plan import cache
+    from cudalibs.runtime.cache import cache
 
     cached = [e.plan for e in cache.entries("cudnn_batch_norm") if e.key["x_shape"] == shape
               and e.key["x_strides"] == x.strides and e.key["dtype"] == np.float16]

@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import cudnn
-from cudalibs.driver import relaunch
-from cudalibs.driver.plan import cache as plan_cache
+from cudalibs.cudnn import backend
+from cudalibs.runtime import relaunch
+from cudalibs.runtime.cache import cache as plan_cache
 
 from ._helpers import FLOATS, GPU, poisoned, rand
 from .test_conv import _params, conv_problems
@@ -42,12 +43,8 @@ def _calls(kind, p, dtype, cl_, seed, s):
        seed=st.integers(0, 2**31))
 def test_recorded_convolution_is_the_library_call(device, kind, p, dtype, cl_, seed):
     s = cl.Stream()
-    old = relaunch.ENABLED
-    relaunch.ENABLED = False
-    try:
+    with cl.option_context(relaunch=False):
         _, want = _calls(kind, p, dtype, cl_, seed, s)
-    finally:
-        relaunch.ENABLED = old
     plan, got = _calls(kind, p, dtype, cl_, seed, s)
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.tobytes() == w.tobytes(), f"call {i} differs from cudnnBackendExecute ({plan})"
@@ -67,6 +64,8 @@ def test_a_common_convolution_is_recorded(device):
     exe = plans[0]._exe
     gplan = getattr(exe, "gplan", None)
     assert gplan is not None, f"expected the graph API on this GPU: {plans[0]}"
-    state = gplan.relaunches.state(None)
-    assert isinstance(state, (relaunch.KernelRelaunch, str)) and state
+    # The call shape of a plain convolution: every pointer at the graph's alignment, no
+    # by-value tensors.
+    state = gplan.relaunches.state((backend.ALIGNMENT, (), ()))
+    assert isinstance(state, (relaunch.KernelRelaunch, str)) and state, plans[0].relaunch_info()
     s.close()

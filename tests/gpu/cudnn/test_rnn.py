@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import testing as T
 from cudalibs.cudnn.rnn import RNN, RNNState
-from cudalibs.cudnn.rnn_weights import RNNWeights
-from cudalibs.driver import plan as plan_mod
+from cudalibs.cudnn.rnn.weights import RNNWeights
+from cudalibs.runtime import plan as plan_mod
 from cudalibs.errors import ClosedError
 from cudalibs.testing.ref import _rnn as ref
 

@@ -84,7 +84,7 @@ def test_norm_pooling_activation_from_many_threads(device, rng):
 
 @pytest.mark.parametrize("maxsize", [8])
 def test_one_cache_bounds_descriptor_and_plan_caches(device, rng, maxsize):
-    from cudalibs.driver.plan import cache
+    from cudalibs.runtime.cache import cache
 
     old = cache.maxsize
     cache.maxsize = maxsize

@@ -181,7 +181,7 @@ def test_synchronising_inside_capture_fails_cleanly(misc):
     with pytest.raises(cl.CudaError):
         with cl.graph.capture(s):
             misc["add_scalar"].launch(1, 64, d, 3.0, 64, stream=s)
-            st = drv.get().cuStreamSynchronize(s._h)
+            st = drv.get().cuStreamSynchronize(s.raw)
             if st:
                 from cudalibs.driver._core import raise_for
                 raise_for(st, "cuStreamSynchronize")

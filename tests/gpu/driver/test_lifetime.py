@@ -14,7 +14,8 @@ import pytest
 
 import cudalibs as cl
 from cudalibs import _ffi
-from cudalibs.driver import _handles, nvrtc
+from cudalibs.driver import nvrtc
+from cudalibs.runtime import handles
 from cudalibs.driver.module import Module
 
 from ._sources import SAXPY
@@ -206,17 +207,17 @@ def _free_bytes(device):
     from cudalibs.driver import _lib
 
     L = _lib.get()
-    L.cuCtxSetCurrent(device._ctx)
+    L.cuCtxSetCurrent(device.raw_context)
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     assert L.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
     return free.value
 
 
 def test_short_lived_streams_leave_memory_where_it_was(device):
-    ws = _handles.Workspaces()
+    ws = handles.Workspaces()
     binds = []
-    cache = _handles.HandleCache("fake", lambda d: object(), lambda raw: None,
-                                 lambda raw, s: binds.append(s))
+    cache = handles.HandleCache("fake", lambda d: object(), lambda raw: None,
+                                lambda raw, s: binds.append(s))
     pool = device.memory_pool
     device.synchronize()
     pool.trim()
@@ -232,7 +233,7 @@ def test_short_lived_streams_leave_memory_where_it_was(device):
         a.fill(1.0, s)
         a.close()
         s.close()
-        assert ws.size(device, s._handle) == 0          # freed before the stream went
+        assert ws.size(device, s.raw_handle) == 0       # freed before the stream went
         assert h.stream is None                         # and unbound: the next call rebinds
     device.synchronize()
     assert ws.total_bytes() == 0
@@ -243,7 +244,7 @@ def test_short_lived_streams_leave_memory_where_it_was(device):
 
 
 def test_collected_stream_releases_its_workspace(device):
-    ws = _handles.Workspaces()
+    ws = handles.Workspaces()
     s = cl.Stream(device)
     ws.get(device, s.handle, 1 << 20)
     assert ws.total_bytes() > 0
@@ -253,15 +254,13 @@ def test_collected_stream_releases_its_workspace(device):
 
 
 def test_release_all_frees_workspaces_and_cached_blocks(device):
-    ws = _handles.Workspaces()
+    ws = handles.Workspaces()
     s = cl.Stream(device)
     ws.get(device, s.handle, 1 << 20)
     a = cl.empty((4096,), device=device, stream=s)
     a.close()
     assert device.memory_pool.cached_bytes > 0
-    from cudalibs.driver import plan
-
-    plan.release_all()
+    cl.release_all()
     assert ws.total_bytes() == 0
     assert device.memory_pool.cached_bytes == 0
     s.close()

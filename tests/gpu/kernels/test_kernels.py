@@ -14,7 +14,7 @@ import cudalibs as cl
 from cudalibs import kernels as K
 from cudalibs import ptx as P
 from cudalibs import testing as T
-from cudalibs.driver import ptxlib
+from cudalibs.runtime import ptxlib
 from cudalibs.testing import ref
 
 GPU = settings(max_examples=20, deadline=None,

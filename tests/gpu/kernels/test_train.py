@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import cudalibs as cl
 from cudalibs import ptx as P
 from cudalibs import testing as T
-from cudalibs.driver import ptxlib
+from cudalibs.runtime import ptxlib
 from cudalibs.kernels import train as K
 from cudalibs.testing.ref import _train as ref
 

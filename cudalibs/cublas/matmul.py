@@ -1,0 +1,106 @@
+"""``cublas.matmul``: the one-shot form of the cuBLASLt :class:`~cudalibs.cublas.Matmul` plan,
+its plans found through the one front in the one plan cache under :data:`MATMUL_KEY`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import front as _front
+from ..runtime.cache import KeyKind, cache
+from ..runtime.operand import operand
+from ..runtime.options import option_context
+from ._common import alignment
+from .lt import BIAS_ALIGN, Matmul
+
+__all__ = ["matmul", "plan_cache", "clear_plan_cache", "MATMUL_KEY"]
+
+
+# -- one-shot convenience through the one plan cache -----------------------------------------
+#: The keys of :func:`matmul`'s plans in :data:`cudalibs.plan_cache`.
+MATMUL_KEY = KeyKind("cublaslt_matmul", (
+    "a_shape", "a_strides", "a_dtype", "b_shape", "b_strides", "b_dtype", "out_layout",
+    "epilogue", "compute", "out_dtype", "device", "a_align", "b_align", "out_align",
+    "bias_align", "aux"))
+
+
+def matmul(a, b, *, bias=None, epilogue=None, out=None, compute=None, out_dtype=None,
+           a_scale=None, b_scale=None, aux=None, stream=None, options=None):
+    """``epilogue(a @ b + bias)`` through a cached cuBLASLt :class:`Matmul` plan.
+
+    The plan for this problem (shapes, strides, dtypes, epilogue, compute, pointer
+    alignment, device) is made on the first call and kept in the one plan cache
+    (:data:`cudalibs.plan_cache`), so repeated calls pay only for
+    :meth:`Matmul.execute`.  Calls from several threads may share a plan.
+
+    Parameters
+    ----------
+    a, b : DeviceArray or CUDA array-like
+        ``(M, K)`` / ``(K, N)``, or stacks ``(batch, M, K)`` / ``(batch, K, N)``.
+    bias : DeviceArray, shape (N,), optional
+        One entry per output column, in the output dtype.  Given without ``epilogue``, it
+        means ``epilogue="bias"``.
+    epilogue : str, optional
+        See :data:`EPILOGUES` (``"relu"``, ``"gelu"``, ``"bias_relu"``, ``"bias_gelu"``,
+        ...).
+    out : DeviceArray, optional
+    compute, out_dtype
+        As for :class:`Matmul`.
+    a_scale, b_scale : DeviceArray, optional
+        fp8 per-tensor scales.
+    aux : DeviceArray, optional
+        For the epilogues with an auxiliary matrix.
+    stream : Stream, optional
+    options : Options or dict, optional
+        :class:`cudalibs.Options` for this call (``{"relaunch": False}``, ...).
+
+    Returns
+    -------
+    DeviceArray, or ``(out, aux)`` for the forward ``*_aux`` epilogues.
+    """
+    if options is not None:
+        with option_context(options):
+            return matmul(a, b, bias=bias, epilogue=epilogue, out=out, compute=compute,
+                          out_dtype=out_dtype, a_scale=a_scale, b_scale=b_scale, aux=aux,
+                          stream=stream)
+    a = operand(a, "a", "matmul", stream=stream)
+    b = operand(b, "b", "matmul", stream=stream)
+    if epilogue is None and bias is not None:
+        epilogue = "bias"
+    if out is not None:
+        out = operand(out, "out", "matmul", stream=stream)
+    if bias is not None:
+        bias = operand(bias, "bias", "matmul", stream=stream)
+    if aux is not None:
+        aux = operand(aux, "aux", "matmul", stream=stream)
+    a_align, b_align = alignment(a.address), alignment(b.address)
+    out_align = None if out is None else alignment(out.address)
+    aux_align = None if aux is None else alignment(aux.address)
+    key = (MATMUL_KEY, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype,
+           None if out is None else (out.shape, out.strides, out.dtype), epilogue, compute,
+           None if out_dtype is None else np.dtype(out_dtype), a.device, a_align, b_align,
+           out_align, None if bias is None else min(alignment(bias.address), BIAS_ALIGN),
+           None if aux is None else (aux.shape, aux_align))
+    plan = _front.lookup(key)
+    if plan is None:
+        aux_ld = None
+        if aux is not None:
+            aux_ld = aux.shape[-1] * (8 if aux.dtype == np.uint8 else 1)
+        # The bias is staged at BIAS_ALIGN when less aligned, so it does not lower the
+        # plan's alignment; the aux matrix does.
+        align = min(x for x in (a_align, b_align, out_align, aux_align) if x is not None)
+        plan = _front.insert(key, Matmul(a, b, out=out, out_dtype=out_dtype, compute=compute,
+                                         epilogue=epilogue, aux_ld=aux_ld,
+                                         min_alignment=align))
+    return plan.execute(a, b, out=out, bias=bias, aux=aux, a_scale=a_scale, b_scale=b_scale,
+                        stream=stream)
+
+
+def plan_cache() -> dict:
+    """The plans :func:`matmul` holds in the one plan cache, by raw key (a copy; read keys
+    by name through ``cudalibs.plan_cache.entries("cublaslt_matmul")``)."""
+    return {e.raw_key: e.plan for e in cache.entries(MATMUL_KEY.name)}
+
+
+def clear_plan_cache() -> None:
+    """Drop every cached :func:`matmul` plan (each is freed once no caller holds it)."""
+    cache.clear(MATMUL_KEY.name)
