@@ -13,23 +13,27 @@ import os
 
 __all__ = ["VARIABLES", "flag", "text", "integer", "library_path", "cache_dir",
            "tuning_cache", "log_level", "toolkit_roots", "first_set", "local_rank",
-           "home_cache", "LOCAL_RANK_VARIABLES"]
+           "home_cache", "xdg_cache_home", "library_search_path", "LOCAL_RANK_VARIABLES"]
 
 #: ``{variable: what it does}`` for every variable read by cudalibs.
 VARIABLES = {
     "CUDALIBS_<NAME>_PATH": "load library NAME (CUDA, NVRTC, CUBLAS, CUBLASLT, CUDNN, NCCL) "
-                            "from this file instead of searching for it",
+                            "from this file (an absolute path) instead of searching for it",
     "CUDALIBS_RELAUNCH": "0 turns recorded relaunches off (default on)",
     "CUDALIBS_GEMM_BACKEND": "auto | lt | cublas: the library behind gemm() (default auto)",
     "CUDALIBS_PLAN_CACHE_SIZE": "the most plans the one plan cache keeps (default 1024)",
-    "CUDALIBS_TUNING_CACHE": "the tuning store's file, or off for memory only "
-                             "(default ~/.cache/cudalibs/tuning.json)",
-    "CUDALIBS_CACHE_DIR": "where compiled kernels and the tuning store are kept "
-                          "(default ~/.cache/cudalibs)",
+    "CUDALIBS_TUNING_CACHE": "the tuning store's file (an absolute path), or off for memory "
+                             "only (default <cache>/tuning.json)",
+    "CUDALIBS_CACHE_DIR": "where compiled kernels and the tuning store are kept, an absolute "
+                          "path of this user's that others cannot write (default <cache>: "
+                          "$XDG_CACHE_HOME/cudalibs, else ~/.cache/cudalibs)",
+    "XDG_CACHE_HOME": "the base of the default cache directory, when an absolute path",
     "CUDALIBS_LOG": "debug | info | warning: log cudalibs' planning to standard error",
     "CUDA_HOME / CUDA_PATH": "a CUDA toolkit whose headers NVRTC may include",
     "LOCAL_RANK (and the MPI launchers' local-rank variables)": "this process's GPU among "
                                                                 "the ranks of its node (NCCL)",
+    "LD_LIBRARY_PATH": "only read: an empty or relative entry (the current directory) that "
+                       "a library is found through draws a warning",
 }
 
 #: The launchers' names for a process's index among the ranks of its node, in the order read.
@@ -83,6 +87,13 @@ def library_path(var: str) -> str | None:
     return value if value else None
 
 
+def library_search_path() -> tuple[str, ...]:
+    """The entries of ``$LD_LIBRARY_PATH`` in order, empty ones kept (the dynamic loader
+    reads an empty entry as the current directory)."""
+    value = os.environ.get("LD_LIBRARY_PATH")
+    return tuple(value.split(":")) if value else ()
+
+
 def cache_dir() -> str | None:
     """``$CUDALIBS_CACHE_DIR`` when set."""
     return first_set("CUDALIBS_CACHE_DIR")
@@ -114,6 +125,21 @@ def local_rank() -> int | None:
     return None
 
 
-def home_cache() -> str:
-    """``~/.cache/cudalibs``."""
-    return os.path.join(os.path.expanduser("~"), ".cache", "cudalibs")
+def xdg_cache_home() -> str | None:
+    """``$XDG_CACHE_HOME`` when it is an absolute path (the XDG rule: a relative one is
+    ignored), else None."""
+    value = first_set("XDG_CACHE_HOME")
+    return value if value and os.path.isabs(value) else None
+
+
+def home_cache() -> str | None:
+    """The default cache directory: ``$XDG_CACHE_HOME/cudalibs``, else ``~/.cache/cudalibs``;
+    None when neither is an absolute path (no ``HOME`` and no passwd entry leave ``~`` as it
+    is, which would put the cache below the current directory)."""
+    base = xdg_cache_home()
+    if base is None:
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "cudalibs")

@@ -23,7 +23,8 @@ from . import _loader
 from .errors import CaptureError, ClosedError, FunctionNotFoundError, LibraryNotFoundError
 
 __all__ = ["Proto", "Resource", "OwnedHandle", "defer", "capture_open",
-           "begin_capture_block", "end_capture_block", "thread_capturing", "refuse_in_capture",
+           "begin_capture_block", "end_capture_block", "holds_capture_block",
+           "thread_capturing", "refuse_in_capture",
            "register_context_setter", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
            "opaque_handle", "property_version"]
 
@@ -263,10 +264,18 @@ def property_version(get_property, raise_for, function: str) -> tuple[int, int, 
 # collector runs at any allocation, so the user cannot keep them out of a capture block; while
 # one is open they wait here and run when the last block ends.  The state lives at this level,
 # under every library, so that every owner of a C handle shares the one gate.
-#: How many capture blocks are open in the process: one list cell, read without a call on the
-#: hot paths (an allocation, a relaunch); changed only by begin/end_capture_block.
+#: How many capture blocks are open in the process: one list cell, read without a call or a
+#: lock on the hot paths (an allocation, a relaunch); changed only by begin/end_capture_block,
+#: under ``_capture_lock``.
 CAPTURE_OPEN = [0]
 _deferred: list = []
+# Changes of CAPTURE_OPEN, of a thread's depth and of _blocks happen under this lock, so that
+# two threads opening or closing blocks at once never lose a count.  Re-entrant: a finalizer
+# that the garbage collector runs inside the locked region may itself look at the gate.
+_capture_lock = threading.RLock()
+# The blocks open by name (``begin_capture_block(block)``): what lets the owner of a block ask,
+# after an interruption at any point, whether its block still holds the gate.
+_blocks: dict = {}
 # ``cuCtxSetCurrent``, registered by the driver layer once libcuda is bound, so that a release
 # that needs its context current can make it so without this module importing the driver.
 _set_context: list = [None]
@@ -303,24 +312,89 @@ def refuse_in_capture(what: str, hint: str = "") -> None:
             "(that chooses its plans and sizes its workspaces), then capture")
 
 
-def begin_capture_block() -> None:
+def begin_capture_block(block=None) -> None:
     """A capture block opened (in the calling thread): releases made from now on wait for its
-    end."""
-    CAPTURE_OPEN[0] += 1
-    _thread_state.depth = getattr(_thread_state, "depth", 0) + 1
+    end.
+
+    Parameters
+    ----------
+    block : hashable object, optional
+        The block's owner.  Named, the block is counted at most once however often this is
+        called, :func:`end_capture_block` with the same object takes it back at most once,
+        and :func:`holds_capture_block` tells whether it is open: an owner interrupted
+        half-way through its own bookkeeping can then always put the gate back as it was.
+    """
+    with _capture_lock:
+        depth = getattr(_thread_state, "depth", 0)
+        if block is not None:
+            if block in _blocks:
+                return
+            _blocks[block] = True
+        # No call between these updates: Python delivers an interrupt (KeyboardInterrupt)
+        # only as a call returns or a loop jumps back, so it cannot split them.
+        CAPTURE_OPEN[0] += 1
+        _thread_state.depth = depth + 1
 
 
-def end_capture_block() -> None:
-    """A capture block closed; once none is open, run every release that waited."""
-    CAPTURE_OPEN[0] -= 1
-    _thread_state.depth = max(getattr(_thread_state, "depth", 1) - 1, 0)
-    if CAPTURE_OPEN[0] == 0:
-        while _deferred:
-            fn, args = _deferred.pop()
-            try:
-                fn(*args)
-            except Exception:   # noqa: BLE001 - a finalizer's error has no caller to go to
-                pass
+def holds_capture_block(block) -> bool:
+    """Whether the block named ``block`` holds the gate (see :func:`begin_capture_block`)."""
+    return block in _blocks
+
+
+def end_capture_block(block=None) -> None:
+    """A capture block closed; once none is open, run every release that waited.
+
+    Parameters
+    ----------
+    block : hashable object, optional
+        The owner given to :func:`begin_capture_block`; a block not open (never opened, or
+        closed already) changes nothing.  Unnamed, one open block is closed, if any.
+
+    Raises
+    ------
+    BaseException
+        The first ``KeyboardInterrupt`` (or other non-``Exception``) raised by a release that
+        waited, after every other one has run; ordinary errors of releases are dropped, as a
+        finalizer's error has no caller to go to.
+    """
+    with _capture_lock:
+        depth = getattr(_thread_state, "depth", 0)
+        lower = depth - 1 if depth > 0 else 0
+        if block is not None:
+            if block not in _blocks:
+                return
+            del _blocks[block]
+        if CAPTURE_OPEN[0] <= 0:
+            return          # nothing open: the count never goes below zero
+        # No call between these updates (see begin_capture_block).
+        CAPTURE_OPEN[0] -= 1
+        _thread_state.depth = lower
+        last = CAPTURE_OPEN[0] == 0
+    if last:
+        _run_deferred()
+
+
+def _run_deferred() -> None:
+    """Run the releases that waited for the gate, until none is left or a block opens again
+    (the releases then wait for that block's end)."""
+    interrupted = None
+    while _deferred and not CAPTURE_OPEN[0]:
+        item = None
+        try:
+            item = _deferred.pop()
+            item[0](*item[1])
+        except IndexError:
+            if item is None:
+                break    # another thread took the last one
+        except Exception:   # noqa: BLE001 - a finalizer's error has no caller to go to
+            pass
+        except BaseException as exc:   # noqa: BLE001 - raised once the rest have run
+            # An interrupt must not strand the releases still queued: they would wait for
+            # a capture that may never come, and the memory they hold would never return.
+            if interrupted is None:
+                interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def defer(fn, args) -> bool:

@@ -3,14 +3,23 @@
 Search order for every library:
 
 1. ``CUDALIBS_<NAME>_PATH`` (``CUDALIBS_CUBLAS_PATH``, ``CUDALIBS_CUBLASLT_PATH``, ...): an
-   explicit file, used as given; a bad path is an error, never silently skipped.
+   explicit file, which must be named by an absolute path; a relative path or a bare name
+   (which ``dlopen`` would resolve against the current directory or the system search path,
+   not where the variable seems to point) and a file that does not load are errors, never
+   silently skipped.
 2. ``cuda.pathfinder``, which first reuses a copy already loaded in the process (so the cuBLAS
    that PyTorch loaded is the one we call), then looks in NVIDIA pip wheels, conda, the
    system loader path and ``CUDA_HOME``.
 
 The driver (``libcuda``) ships with the NVIDIA kernel driver, never in a wheel, so it is
 opened by its soname.  Every result is recorded as a :class:`LibraryInfo` for the
-environment report (``python -m cudalibs``).
+environment report (``python -m cudalibs``), with the path of the file the dynamic loader
+actually mapped (read back from the loaded handle), whatever name it was opened by.
+
+A library that resolves into the current directory, or into a directory that an empty or
+relative ``LD_LIBRARY_PATH`` entry names (an empty entry, as ``LD_LIBRARY_PATH=:/opt/lib``
+has, means the current directory), draws a :class:`RuntimeWarning`: whoever can write
+there decides what code the process runs.
 """
 
 from __future__ import annotations
@@ -19,11 +28,12 @@ import ctypes
 import dataclasses
 import os
 import threading
+import warnings
 
 from . import _env
 from .errors import LibraryNotFoundError
 
-__all__ = ["LibraryInfo", "LIBRARIES", "load", "loaded", "env_var"]
+__all__ = ["LibraryInfo", "LIBRARIES", "load", "loaded", "env_var", "mapped_path"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +79,8 @@ class LibraryInfo:
     name : str
         Short name (``"cublas"``).
     path : str or None
-        Absolute path of the file, where the loader could tell.
+        Absolute path of the file the dynamic loader mapped (see :func:`mapped_path`), where
+        it could be told.
     origin : str
         ``"env override"``, ``"already loaded"``, ``"pip wheel"``, ``"conda"``, ``"system"``,
         ``"CUDA_HOME"`` or ``"driver"``.
@@ -89,18 +100,129 @@ def env_var(name: str) -> str:
     return f"CUDALIBS_{name.upper()}_PATH"
 
 
-def _path_of(cdll: ctypes.CDLL, soname: str) -> str | None:
-    """Absolute path of a loaded library, read from the process's own memory map."""
-    base = os.path.basename(cdll._name) if cdll._name else soname
+class _LinkMap(ctypes.Structure):
+    # The leading, public members of glibc's ``struct link_map`` (<link.h>).
+    _fields_ = [("l_addr", ctypes.c_size_t), ("l_name", ctypes.c_char_p),
+                ("l_ld", ctypes.c_void_p), ("l_next", ctypes.c_void_p),
+                ("l_prev", ctypes.c_void_p)]
+
+
+_RTLD_DI_LINKMAP = 2
+_dlinfo_fn: list = []   # [dlinfo or None], looked up on first use
+
+
+def _dlinfo():
+    """``dlinfo`` from libc (glibc 2.34 and newer) or libdl, or None where neither has it."""
+    if not _dlinfo_fn:
+        fn = None
+        for where in (None, "libdl.so.2"):
+            try:
+                fn = ctypes.CDLL(where).dlinfo
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            break
+        _dlinfo_fn.append(fn)
+    return _dlinfo_fn[0]
+
+
+def _mapping_of(address: int) -> str | None:
+    """The file mapped at ``address`` in this process, from ``/proc/self/maps``."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
-                path = line.rstrip("\n").split(maxsplit=5)[-1]
-                if os.path.basename(path).startswith(base):
-                    return path
-    except OSError:
+                fields = line.split(maxsplit=5)
+                if len(fields) < 6:
+                    continue
+                low, _, high = fields[0].partition("-")
+                if int(low, 16) <= address < int(high, 16):
+                    path = fields[5].rstrip("\n")
+                    return path if path.startswith("/") else None
+    except (OSError, ValueError):
         pass
-    return cdll._name if cdll._name and os.path.isabs(cdll._name) else None
+    return None
+
+
+def mapped_path(cdll: ctypes.CDLL) -> str | None:
+    """The absolute path of the file the dynamic loader mapped for ``cdll``.
+
+    The name a library was opened by says little: a soname goes through the loader's search,
+    a relative path through the current directory.  This asks the loaded handle instead
+    (``dlinfo(RTLD_DI_LINKMAP)``) and looks its dynamic section's address up in
+    ``/proc/self/maps``, which holds the real path of every mapped file (symbolic links
+    resolved).
+
+    Parameters
+    ----------
+    cdll : ctypes.CDLL
+        A loaded library.
+
+    Returns
+    -------
+    str or None
+        The path; where ``/proc`` cannot be read, the link map's name made absolute; where
+        ``dlinfo`` is missing too, the name the library was opened by if it is absolute, else
+        None.
+    """
+    dlinfo = _dlinfo()
+    handle = getattr(cdll, "_handle", None)
+    if dlinfo is not None and handle:
+        lm = ctypes.POINTER(_LinkMap)()
+        if dlinfo(handle, _RTLD_DI_LINKMAP, ctypes.byref(lm)) == 0 and lm:
+            path = _mapping_of(lm.contents.l_ld or 0)
+            if path:
+                return path
+            name = os.fsdecode(lm.contents.l_name or b"")
+            if name:
+                return os.path.realpath(name)
+    name = cdll._name
+    return os.path.realpath(name) if name and os.path.isabs(name) else None
+
+
+def _relative_dirs(with_cwd: bool) -> list[tuple[str, str]]:
+    """``(what, real directory)`` of each place that depends on the current directory: the
+    empty and relative ``LD_LIBRARY_PATH`` entries, and (``with_cwd``) the directory itself."""
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:         # the current directory was removed: nothing can be found there
+        return []
+    out = [("the current directory", cwd)] if with_cwd else []
+    for entry in _env.library_search_path():
+        if not os.path.isabs(entry):
+            label = ("an empty LD_LIBRARY_PATH entry (the current directory)" if not entry
+                     else f"the relative LD_LIBRARY_PATH entry {entry!r}")
+            out.append((label, os.path.realpath(entry or ".")))
+    return out
+
+
+def _warn_planted(name: str, soname: str) -> bool:
+    """Before ``dlopen(soname)``: warn if a relative ``LD_LIBRARY_PATH`` entry's directory
+    holds a file of that name, which the loader may open and run; returns whether it warned."""
+    for what, where in _relative_dirs(with_cwd=False):
+        candidate = os.path.join(where, soname)
+        if os.path.exists(candidate):
+            warnings.warn(f"cudalibs: {candidate} may be loaded as the {name} library (and its "
+                          f"code run): the loader searches {what}; remove that entry from "
+                          "LD_LIBRARY_PATH or give the library's absolute path in "
+                          f"{env_var(name)}", RuntimeWarning, stacklevel=4)
+            return True
+    return False
+
+
+def _warn_relative(name: str, path: str | None) -> None:
+    """After a search: warn if the file mapped lies in the current directory or under a
+    relative ``LD_LIBRARY_PATH`` entry."""
+    if not path:
+        return
+    folder = os.path.dirname(path)
+    for what, where in _relative_dirs(with_cwd=True):
+        if folder == where:
+            warnings.warn(f"cudalibs: the {name} library was loaded from {path}, in {what}: "
+                          "whoever can write there chooses the code this process runs; give "
+                          f"the library's absolute path in {env_var(name)}, or remove relative "
+                          "entries from LD_LIBRARY_PATH", RuntimeWarning, stacklevel=4)
+            return
 
 
 def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
@@ -109,13 +231,19 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
     var = env_var(name)
     override = _env.library_path(var)
     if override:
+        if not os.path.isabs(override):
+            # dlopen would look a bare name up on the system search path and a relative one
+            # from the current directory: neither is the file the variable seems to name.
+            raise LibraryNotFoundError(
+                name, [f"{var}={override}: not an absolute path"],
+                f"set {var} to the absolute path of the library file, or unset it")
         try:
             cdll = ctypes.CDLL(override)
         except OSError as exc:
             raise LibraryNotFoundError(
                 name, [f"{var}={override}: {exc}"],
                 f"fix or unset {var}") from None
-        return cdll, LibraryInfo(name, os.path.abspath(override), "env override")
+        return cdll, LibraryInfo(name, mapped_path(cdll) or override, "env override")
     tried.append(f"{var} (not set)")
 
     if spec.pathfinder is None:
@@ -141,7 +269,9 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
             if found.was_already_loaded_from_elsewhere:
                 origin = "already loaded"
             cdll = ctypes.CDLL(path) if path else ctypes.CDLL(spec.sonames[0])
-            return cdll, LibraryInfo(name, path, origin)
+            mapped = mapped_path(cdll) or path
+            _warn_relative(name, mapped)
+            return cdll, LibraryInfo(name, mapped, origin)
     # Without pathfinder, the system loader is the last resort.
     hit = _try_sonames(name, spec, tried, "system")
     if hit is None:
@@ -152,12 +282,16 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
 def _try_sonames(name, spec, tried, origin):
     """dlopen each soname in turn; record failures in ``tried``."""
     for soname in spec.sonames:
+        warned = _warn_planted(name, soname)
         try:
             cdll = ctypes.CDLL(soname)
         except OSError as exc:
             tried.append(f"{soname}: {exc}")
             continue
-        return cdll, LibraryInfo(name, _path_of(cdll, soname), origin)
+        path = mapped_path(cdll)
+        if not warned:
+            _warn_relative(name, path)
+        return cdll, LibraryInfo(name, path, origin)
     return None
 
 

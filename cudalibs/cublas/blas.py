@@ -40,8 +40,8 @@ def _exec_type(dt: np.dtype) -> tuple[int, np.dtype]:
                      f"complex128 vectors, not {dt}")
 
 
-def _vector(x, what, op=None) -> tuple[DeviceArray, int]:
-    x = operand(x, what, op)
+def _vector(x, what, op=None, written=False) -> tuple[DeviceArray, int]:
+    x = operand(x, what, op, written=written)
     if x.ndim != 1:
         raise ValueError(f"{what} must be 1-D, got shape {x.shape}")
     st = x.strides[0] if x.shape[0] > 1 else x.itemsize
@@ -53,9 +53,9 @@ def _vector(x, what, op=None) -> tuple[DeviceArray, int]:
     return x, st // x.itemsize
 
 
-def _pair(x, y):
+def _pair(x, y, write_y=False):
     x, incx = _vector(x, "x")
-    y, incy = _vector(y, "y")
+    y, incy = _vector(y, "y", written=write_y)
     if x.shape != y.shape:
         raise ValueError(f"x has shape {x.shape} but y has {y.shape}")
     if x.dtype != y.dtype:
@@ -72,7 +72,7 @@ def _handle(dev, stream):
 
 def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
     """``y += alpha * x`` in place (``cublasAxpyEx``); returns ``y``."""
-    x, incx, y, incy = _pair(x, y)
+    x, incx, y, incy = _pair(x, y, write_y=True)
     ex, scale = _exec_type(x.dtype)
     a = _scalar(alpha, scale, "alpha")
     s, h = _handle(x.device, stream)
@@ -86,7 +86,7 @@ def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
 
 def scal(alpha, x, *, stream=None) -> DeviceArray:
     """``x *= alpha`` in place (``cublasScalEx``); returns ``x``."""
-    x, incx = _vector(x, "x")
+    x, incx = _vector(x, "x", written=True)
     ex, scale = _exec_type(x.dtype)
     a = _scalar(alpha, scale, "alpha")
     s, h = _handle(x.device, stream)
@@ -209,7 +209,7 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
             raise ValueError("beta != 0 accumulates into y, so y must be given")
         s = as_stream(stream, a.device)
         y = empty((rows,), dt, device=a.device, stream=s)
-    y, incy = _vector(y, "y")
+    y, incy = _vector(y, "y", written=True)
     if y.shape != (rows,) or y.dtype != dt or y.device is not a.device:
         raise ValueError(f"y must be a ({rows},) {dt} vector on device {a.device.ordinal}")
     s, h = _handle(a.device, stream)

@@ -441,6 +441,14 @@ GEMM_KEY = KeyKind("gemm", ("a_shape", "a_strides", "a_dtype", "b_shape", "b_str
                             "algo", "batched", "device", "align"))
 
 
+def _build(key, a, b, out, compute, algo, batched, align):
+    """The miss path of the one front: a new plan, planned on first use (algo="tuned":
+    autotuned), cached under ``key``."""
+    p = GemmPlan(a, b, out, compute=compute, algo=algo, batched=batched)
+    p.align = align
+    return _front.insert(key, p, None)
+
+
 def plan_for(op, a, b, out, compute, algo, batched, align=None):
     """The cached plan of a problem (the one front: lookup, then build on a miss)."""
     if out is None:
@@ -449,12 +457,7 @@ def plan_for(op, a, b, out, compute, algo, batched, align=None):
     else:
         key = (GEMM_KEY, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype,
                out.shape, out.strides, out.dtype, compute, algo, batched, a.device, align)
-    p = _front.lookup(key)
-    if p is None:
-        p = GemmPlan(a, b, out, compute=compute, algo=algo, batched=batched)
-        p.align = align
-        p = _front.insert(key, p, None)     # planned on first use (algo="tuned": autotuned)
-    return p
+    return _lookup(key) or _build(key, a, b, out, compute, algo, batched, align)
 
 
 def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
@@ -553,6 +556,7 @@ def _exec(p, a, b, out, alpha, beta, stream):
 
 
 _WS_MASK = _relaunch.WORKSPACE_ALIGN - 1
+_lookup = _front.lookup
 
 
 def _lt_prepare(p):

@@ -584,7 +584,8 @@ class Matmul(Plan):
                                      f"{'GELU input' if epi.aux_kind == 'gelu' else 'ReLU mask'})")
                 aux = empty(self._aux_shape, self._aux_dtype, device=self._device, stream=s)
             else:
-                aux = operand(aux, "aux", _OP, stream=s)
+                # a forward epilogue writes aux; a backward one reads it
+                aux = operand(aux, "aux", _OP, stream=s, written=epi.aux != "in")
             if aux.shape != self._aux_shape or aux.dtype != self._aux_dtype or \
                     not aux.is_c_contiguous:
                 raise ValueError(f"aux must be a C-contiguous {self._aux_shape} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import threading
 
 import numpy as np
 
@@ -18,22 +19,54 @@ from ..runtime.operand import operands as _operands
 from .descriptors import cudnn_dtype, layout_name, layouts_of, packed_strides
 
 # -- scaling factors ---------------------------------------------------------------------------
-# cuDNN reads alpha/beta through host pointers: a float for float/half/bfloat16 data, a double
-# for double data.  Each value used is made once and kept, so a call passes plain addresses.
+# cuDNN reads alpha/beta through host pointers (a float for float/half/bfloat16 data, a double
+# for double data), during the call that takes them.  The first MAX_SCALARS distinct values are
+# made once and kept for the life of the process, so a call passes plain integer addresses (the
+# cheapest argument ctypes converts) and an address handed out is never freed under a call that
+# still holds it, in this thread or another.  Values beyond that bound go through a small ring
+# of slots per thread: a slot is rewritten only by its own thread, RING calls to scalar() later,
+# which leaves every scalar of one library call (at most two) intact until the call returns.
+MAX_SCALARS = 1024
+RING = 8
 _SCALARS: dict = {}
+_rings = threading.local()
+
+
+class _Ring:
+    __slots__ = ("floats", "doubles", "next")
+
+    def __init__(self):
+        self.floats = [ctypes.c_float() for _ in range(RING)]
+        self.doubles = [ctypes.c_double() for _ in range(RING)]
+        self.next = 0
 
 
 def scalar(value, double: bool) -> int:
-    """Address of a host ``float`` (or ``double``) holding ``value``; valid for the process."""
+    """Address of a host ``float`` (or ``double``) holding ``value``, valid for the cuDNN call
+    it is passed to (a kept value's for the process).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``value`` is not a real number.
+    """
     key = (double, value)
     hit = _SCALARS.get(key)
     if hit is not None:
         return hit[1]
-    obj = (ctypes.c_double if double else ctypes.c_float)(float(value))
-    if len(_SCALARS) > 1024:  # many distinct values: keep the cache bounded
-        _SCALARS.clear()
-    _SCALARS[key] = (obj, ctypes.addressof(obj))
-    return _SCALARS[key][1]
+    v = float(value)
+    if len(_SCALARS) < MAX_SCALARS:
+        obj = (ctypes.c_double if double else ctypes.c_float)(v)
+        # setdefault: when two threads add one value at once, both get the object kept.
+        return _SCALARS.setdefault(key, (obj, ctypes.addressof(obj)))[1]
+    ring = getattr(_rings, "ring", None)
+    if ring is None:
+        ring = _rings.ring = _Ring()
+    i = ring.next
+    ring.next = (i + 1) % RING
+    obj = ring.doubles[i] if double else ring.floats[i]
+    obj.value = v
+    return ctypes.addressof(obj)
 
 
 # -- arguments -----------------------------------------------------------------------------------
@@ -156,7 +189,7 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
     """
     if (strides is not None and type(out) is DeviceArray and out.device is dev
             and out.shape == shape and out.strides == strides and out.dtype == dtype):
-        return operand(out, name, op)    # the liveness check only: the rest matched
+        return operand(out, name, op, written=True)    # the rest matched
     shape = tuple(shape)
     if out is None:
         if channels_last and len(shape) >= 3:
@@ -166,7 +199,7 @@ def output(out, shape, dtype, channels_last: bool, dev, s, name: str = "out",
             buf = alloc_async(nbytes, s, dev)
             return DeviceArray.from_buffer(buf, shape, dtype, tuple(v * itemsize for v in st))
         return empty(shape, dtype, device=dev, stream=s)
-    out = operand(out, name, op, device=dev)
+    out = operand(out, name, op, device=dev, written=True)
     if out.shape != shape:
         raise ValueError(f"{name} has shape {out.shape}, expected {shape}")
     if out.dtype != np.dtype(dtype):

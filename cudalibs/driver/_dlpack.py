@@ -188,23 +188,29 @@ def _call_deleter(deleter, addr):
 
 class Imported:
     """A consumed producer tensor; calls the producer's deleter once it is no longer used
-    (``release()``, or garbage collection of this object)."""
+    (``release()``, or garbage collection of this object).
 
-    __slots__ = ("ptr", "shape", "strides", "dtype", "device_type", "device_id", "read_only",
-                 "_finalizer", "__weakref__")
+    ``ptr`` is ``data + byte_offset`` and ``data`` the producer's own pointer, as read: the
+    consumer checks both (:mod:`cudalibs.driver.interop` does, before any use).
+    """
+
+    __slots__ = ("ptr", "data", "shape", "strides", "dtype", "device_type", "device_id",
+                 "read_only", "_finalizer", "__weakref__")
 
     def release(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
 
 
-def consume(capsule) -> Imported:
+def consume(capsule, max_ndim: int) -> Imported:
     """Take ownership of a DLPack capsule (renaming it ``used_*``) and describe its tensor.
 
     Raises
     ------
     ValueError
-        The capsule was already consumed, or is not a DLPack capsule.
+        The capsule was already consumed, or is not a DLPack capsule, or its ``ndim`` is
+        negative or above ``max_ndim`` (then the capsule is left unconsumed, and its shape
+        array unread).
     """
     try:
         name = _PyCapsule_GetName_obj(capsule)
@@ -227,12 +233,18 @@ def consume(capsule) -> Imported:
         m = DLManagedTensor.from_address(addr)
         read_only = False
     t = m.dl_tensor
-    out = Imported()
     ndim = t.ndim
+    if not 0 <= ndim <= max_ndim:
+        raise ValueError(f"DLPack DLTensor.ndim is {ndim}: a tensor has 0 to {max_ndim} "
+                         "dimensions here")
+    if ndim and not t.shape:
+        raise ValueError(f"DLPack DLTensor.shape is NULL for a {ndim}-d tensor")
+    out = Imported()
     out.shape = tuple(t.shape[i] for i in range(ndim))
     out.strides = (tuple(t.strides[i] for i in range(ndim)) if t.strides else None)
     out.dtype = (t.dtype.code, t.dtype.bits, t.dtype.lanes)
-    out.ptr = (t.data or 0) + t.byte_offset
+    out.data = t.data or 0
+    out.ptr = out.data + t.byte_offset
     out.device_type = t.device.device_type
     out.device_id = t.device.device_id
     out.read_only = read_only

@@ -21,12 +21,14 @@ from .._ffi import refuse_in_capture
 from ..errors import ClosedError
 from . import _copy, _dlpack, _lib, memory as _memory
 from ._core import raise_for
+from ._layout import check_writable, may_self_overlap
 from .device import as_device
 from .memory import DeviceBuffer, check_nbytes
 from .stream import as_stream, current_stream, order_before
 
 __all__ = ["DeviceArray", "empty", "zeros", "full", "to_device", "byte_extent",
-           "spans_overlap", "arrays_overlap", "dlpack_is_cuda", "c_strides"]
+           "spans_overlap", "arrays_overlap", "may_self_overlap", "check_writable",
+           "dlpack_is_cuda", "c_strides"]
 
 _HOST_MAX_COPY = 1 << 62
 
@@ -65,12 +67,12 @@ class _ArrayFields:
     refuses writes to its public fields)."""
 
     __slots__ = ("_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf", "_owner",
-                 "_contig", "__weakref__")
+                 "_contig", "_readonly", "__weakref__")
 
 
 #: The public names of :class:`DeviceArray`'s fields (read at slot speed, never written).
 _PUBLIC_FIELDS = {"address": "_ptr", "shape": "_shape", "strides": "_strides",
-                  "dtype": "_dtype", "device": "_device"}
+                  "dtype": "_dtype", "device": "_device", "readonly": "_readonly"}
 
 
 class DeviceArray(_ArrayFields):
@@ -92,9 +94,16 @@ class DeviceArray(_ArrayFields):
     address : int
         The same address, unchecked, for code that took the array through
         :func:`cudalibs.operand`, which checked it (the libraries' hot paths).
+    readonly : bool
+        The memory must not be written: it was borrowed from a producer that exported it
+        read-only (``__cuda_array_interface__`` ``data: (ptr, True)``, or DLPack's read-only
+        flag).  Views of it are read-only too; :meth:`copy` gives a writable array.  Every
+        write of cudalibs (:meth:`fill`, :meth:`copy_` and item assignment into it, a library
+        call's ``out``) refuses it.
 
-    ``shape``, ``dtype``, ``strides``, ``device`` and ``address`` cost one slot read each and
-    are read-only: a view with another shape is made by :meth:`reshape`, indexing or ``.T``.
+    ``shape``, ``dtype``, ``strides``, ``device``, ``address`` and ``readonly`` cost one slot
+    read each and are read-only: a view with another shape is made by :meth:`reshape`,
+    indexing or ``.T``.
     """
 
     __slots__ = ()
@@ -109,7 +118,8 @@ class DeviceArray(_ArrayFields):
         object.__setattr__(self, name, value)
 
     @classmethod
-    def _view(cls, ptr, shape, strides, dt, device, buf, owner) -> "DeviceArray":
+    def _view(cls, ptr, shape, strides, dt, device, buf, owner,
+              readonly=False) -> "DeviceArray":
         # Filled as the bare fields class (plain slot stores, no __setattr__ guard), then
         # made a DeviceArray: the guard costs nothing here and nothing on reads.
         self = object.__new__(_ArrayFields)
@@ -122,6 +132,7 @@ class DeviceArray(_ArrayFields):
         self._buf = buf
         self._owner = owner
         self._contig = None
+        self._readonly = readonly
         self.__class__ = cls
         return self
 
@@ -271,9 +282,11 @@ class DeviceArray(_ArrayFields):
                 ptr += (i % n) * st
             axis += 1
         return DeviceArray._view(ptr, tuple(shape), tuple(strides), self._dt, self._device,
-                                 self._buf, self._owner)
+                                 self._buf, self._owner, self._readonly)
 
     def __setitem__(self, key, value) -> None:
+        if self._readonly:
+            check_writable(self, "item assignment: the array")
         view = self[key]
         if np.isscalar(value) or (isinstance(value, np.ndarray) and value.ndim == 0):
             view.fill(value)
@@ -292,7 +305,7 @@ class DeviceArray(_ArrayFields):
             raise ValueError(f"axes {axes} are not a permutation of {self.ndim} dimensions")
         return DeviceArray._view(self._ptr, tuple(self._shape[a] for a in axes),
                                  tuple(self._strides[a] for a in axes), self._dt, self._device,
-                                 self._buf, self._owner)
+                                 self._buf, self._owner, self._readonly)
 
     @property
     def T(self) -> "DeviceArray":
@@ -332,7 +345,7 @@ class DeviceArray(_ArrayFields):
         if not self.is_c_contiguous:
             raise ValueError("reshape needs C-contiguous data; call .copy() first")
         return DeviceArray._view(self._ptr, shape, c_strides(shape, self.itemsize), self._dt,
-                                 self._device, self._buf, self._owner)
+                                 self._device, self._buf, self._owner, self._readonly)
 
     def ravel(self) -> "DeviceArray":
         """A 1-d view of C-contiguous data."""
@@ -349,7 +362,7 @@ class DeviceArray(_ArrayFields):
         old = self.itemsize
         if dt.itemsize == old:
             return DeviceArray._view(self._ptr, self._shape, self._strides, dt, self._device,
-                                     self._buf, self._owner)
+                                     self._buf, self._owner, self._readonly)
         if not self._shape or (self._shape[-1] != 1 and self._strides[-1] != old):
             raise ValueError(f"view as {dt.name} changes the item size, which needs a "
                              "contiguous last axis")
@@ -359,7 +372,7 @@ class DeviceArray(_ArrayFields):
         shape = self._shape[:-1] + (nbytes // dt.itemsize,)
         strides = self._strides[:-1] + (dt.itemsize,)
         return DeviceArray._view(self._ptr, shape, strides, dt, self._device, self._buf,
-                                 self._owner)
+                                 self._owner, self._readonly)
 
     # -- transfers --------------------------------------------------------------------------
     def get(self, out: np.ndarray | None = None, stream=None, *, blocking: bool = True):
@@ -425,9 +438,10 @@ class DeviceArray(_ArrayFields):
         Raises
         ------
         ValueError, TypeError
-            Shape or dtype mismatch, or this array has overlapping elements.
+            Shape or dtype mismatch, or this array is read-only or has overlapping elements.
         """
         dst_ptr = self._check()
+        check_writable(self, "copy_: the destination")
         s = as_stream(stream, self._device)
         if type(src) is DeviceArray:
             other = src
@@ -471,8 +485,16 @@ class DeviceArray(_ArrayFields):
         return out.copy_(self, stream)
 
     def fill(self, value, stream=None) -> "DeviceArray":
-        """Set every element to ``value`` (converted to this dtype without overflow)."""
+        """Set every element to ``value`` (converted to this dtype without overflow).
+
+        Raises
+        ------
+        ValueError
+            ``value`` does not fit the dtype, or this array is read-only or has overlapping
+            elements.
+        """
         dst_ptr = self._check()
+        check_writable(self, "fill: the array")
         s = as_stream(stream, self._device)
         if self.size == 0:
             return self
@@ -534,7 +556,7 @@ class DeviceArray(_ArrayFields):
             "shape": self._shape,
             "typestr": self._dtype.str,
             "descr": [("", self._dtype.str)],
-            "data": (ptr if self.size else 0, False),
+            "data": (ptr if self.size else 0, self._readonly),
             "strides": None if self.is_c_contiguous else self._strides,
             "version": 3,
             # CAI spells the legacy default stream 1; 0 is not allowed.
@@ -565,9 +587,14 @@ class DeviceArray(_ArrayFields):
                 raise BufferError("strides are not a multiple of the item size; DLPack cannot "
                                   "describe this view")
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        if self._readonly and not versioned:
+            # Only the versioned capsule has a read-only flag: a legacy consumer would write.
+            raise BufferError("a read-only array exports only to DLPack >= 1.0 consumers (the "
+                              "legacy capsule cannot say read-only); pass a copy (.copy())")
         return _dlpack.export(ptr if self.size else 0, self._shape,
                               tuple(st // item for st in self._strides), self._dt.dlpack,
-                              _dlpack.kDLCUDA, self._device.ordinal, self, versioned)
+                              _dlpack.kDLCUDA, self._device.ordinal, self, versioned,
+                              self._readonly)
 
     # -- display ----------------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -62,11 +62,16 @@ _UPDATE_RESULTS = {
 def is_capturing(stream=None) -> bool:
     """Whether ``stream`` (the current stream by default) is capturing into a graph."""
     s = as_stream(stream)
+    return _capture_status(_lib.get(), s._h) == _lib.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+def _capture_status(L, h) -> int:
+    """The ``CUstreamCaptureStatus`` of the stream ``h``: none, active or invalidated."""
     status = ctypes.c_int()
-    st = _lib.get().cuStreamIsCapturing(s._h, ctypes.byref(status))
+    st = L.cuStreamIsCapturing(h, ctypes.byref(status))
     if st:
         raise_for(st, "cuStreamIsCapturing")
-    return status.value == _lib.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    return status.value
 
 
 class Graph(Resource):
@@ -296,6 +301,12 @@ class capture:
         ``"relaxed"``, nowhere.  Frees and destroys that cudalibs' own finalizers would make
         during the block wait until it ends, whatever the mode.
 
+    Notes
+    -----
+    An error or an interruption (``KeyboardInterrupt``) while the block is entered or left
+    ends the stream's capture, discards what was captured and lets the held frees run before
+    it propagates, so the stream and the process are left as they were before the block.
+
     Raises
     ------
     ValueError
@@ -305,7 +316,7 @@ class capture:
         ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`` at the end of the block.
     """
 
-    __slots__ = ("_stream", "_mode", "_graph", "_sink")
+    __slots__ = ("_stream", "_mode", "_graph", "_sink", "_before")
 
     def __init__(self, stream: Stream, mode: str = "thread_local"):
         if stream is None:
@@ -322,43 +333,89 @@ class capture:
         self._stream = s
         self._graph = None
         self._sink = None
+        self._before = 0
 
+    # Entry and exit keep three things paired whatever interrupts them (a KeyboardInterrupt
+    # can arrive after any call returns): the driver's capture on the stream, this block's
+    # hold on the process-wide gate that defers frees (held by name, see
+    # begin_capture_block), and the module sink.  Every step sits inside ``except
+    # BaseException``, and _unwind reads what actually happened (the stream's capture
+    # status, whether the gate is held) rather than trusting how far the code got.
     def __enter__(self) -> Graph:
         if self._graph is not None:
             raise CudaLibsError("this capture block was already used; call capture() again")
         s = self._stream
         dev = s._device if s._device is not None else as_device(None)
+        h = s._check()
         L = _lib.get()
         L.cuCtxSetCurrent(dev._ctx)
-        st = L.cuStreamBeginCapture_v2(s._check(), self._mode)
-        if st:
-            raise_for(st, "cuStreamBeginCapture_v2")
+        # A capture that was open before (someone else's) is never ended here.
+        self._before = _capture_status(L, h)
         self._graph = Graph._empty(dev)
         self._sink = set()
-        _launch._capture_sinks.append(self._sink)
-        _capture.begin()
+        try:
+            # The gate first: from the moment the capture begins, a finalizer's free must wait.
+            _capture.begin(self)
+            _launch.add_capture_sink(self._sink)
+            st = L.cuStreamBeginCapture_v2(h, self._mode)
+            if st:
+                raise_for(st, "cuStreamBeginCapture_v2")
+        except BaseException:
+            self._unwind(L, _lib.CUgraph())
+            raise
         return self._graph
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            _launch._capture_sinks.remove(self._sink)
-        except ValueError:
-            pass
         g = self._graph
-        h = _lib.CUgraph()
-        st = _lib.get().cuStreamEndCapture(self._stream._h, ctypes.byref(h))
-        _capture.end()
-        if exc_type is not None:
-            # The block failed: discard whatever was captured and let its error through.
-            if not st and h:
-                _lib.get().cuGraphDestroy(h)
+        if g is None or not g._capturing:
+            return None        # never entered, or already finished
+        L = _lib.get()
+        made = _lib.CUgraph()
+        try:
+            _launch.remove_capture_sink(self._sink)
+            st = L.cuStreamEndCapture(self._stream._h, ctypes.byref(made))
+            # The capture has ended: the frees that waited for it run now.
+            _capture.end(self)
+            if exc_type is None and not st:
+                g._modules = self._sink
+                g._adopt(made)
+                return None
             g._capturing = False
-            return None
-        if st:
-            g._capturing = False
+            if made:
+                # The block failed: discard whatever was captured.  The handle is cleared
+                # before the destroy so that an interruption cannot destroy it twice.
+                dead, made = made, _lib.CUgraph()
+                L.cuGraphDestroy(dead)
+            if exc_type is not None:
+                return None    # let the block's error through
             raise_for(st, "cuStreamEndCapture",
                       "a call during the capture invalidated it (a synchronisation, or work "
                       "from another stream joined without an event)" if st == 901 else None)
-        g._adopt(h)
-        g._modules = self._sink
+        except BaseException:
+            self._unwind(L, made)
+            raise
 
+    def _unwind(self, L, made) -> None:
+        """Leave nothing of a block that failed or was interrupted: end the stream's capture
+        if it is still open, destroy a graph that was made and not handed over, and release
+        the gate (which runs the frees that waited).  Each step runs even when the one before
+        it is interrupted; errors of the driver here never hide the error being raised."""
+        g = self._graph
+        g._capturing = False
+        try:
+            try:
+                _launch.remove_capture_sink(self._sink)
+                h = self._stream._h
+                if not self._before and _capture_status(L, h):
+                    L.cuStreamEndCapture(h, ctypes.byref(made))
+            except Exception:   # noqa: BLE001 - the error being raised is the one to report
+                pass
+            finally:
+                # A graph handed to ``g`` (``_h`` set) is g's to destroy, never ours.
+                if made and g._h is None:
+                    try:
+                        L.cuGraphDestroy(made)
+                    except Exception:   # noqa: BLE001 - as above
+                        pass
+        finally:
+            _capture.end(self)

@@ -25,6 +25,7 @@ arrays (``__cuda_array_interface__``, DLPack, DeviceBuffer) go through
 from __future__ import annotations
 
 import ctypes
+import operator
 from threading import get_ident as _get_ident
 from typing import NamedTuple
 
@@ -38,6 +39,9 @@ from .memory import DeviceBuffer
 from .stream import thread_streams, as_stream, default_stream
 
 __all__ = ["Kernel", "Launcher", "KernelAttributes"]
+
+#: The largest value of the driver's ``unsigned int`` launch parameters.
+_UINT_MAX = 0xFFFFFFFF
 
 
 # -- the raw launch entry point ---------------------------------------------------------------
@@ -87,8 +91,8 @@ def _as_dim3(v, what: str) -> tuple[int, int, int]:
             items = tuple(v)
         except TypeError:
             try:
-                items = (v.__index__(),)
-            except AttributeError:
+                items = (operator.index(v),)
+            except TypeError:
                 raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, "
                                 f"not {type(v).__name__}") from None
         if not 1 <= len(items) <= 3:
@@ -97,7 +101,10 @@ def _as_dim3(v, what: str) -> tuple[int, int, int]:
         for x in items:
             if isinstance(x, bool) or not hasattr(x, "__index__"):
                 raise TypeError(f"{what} dimensions must be ints, not {type(x).__name__}")
-            out.append(x.__index__())
+            # operator.index gives a plain int holding the value (an int subclass's own
+            # __index__, __format__ or comparisons are never consulted): the launcher's code
+            # is generated from these numbers.
+            out.append(operator.index(x))
         dims = tuple(out) + (1,) * (3 - len(out))
     for x in dims:
         if x < 1:
@@ -163,7 +170,7 @@ class Kernel:
         raise TypeError("get kernels from a Module: module['name']")
 
     @classmethod
-    def _make(cls, module: Module, name: str, f, params) -> "Kernel":
+    def _make(cls, module, name: str, f, params) -> "Kernel":
         self = object.__new__(cls)
         self._module = module
         self._alive = module._alive
@@ -184,7 +191,9 @@ class Kernel:
         return self._name
 
     @property
-    def module(self) -> Module:
+    def module(self):
+        """The :class:`~cudalibs.driver.module.Module` the kernel comes from (not annotated:
+        that module imports this one)."""
         return self._module
 
     @property
@@ -268,6 +277,7 @@ class Kernel:
         f = self._check()
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError("max_dynamic_shared_size_bytes must be an int")
+        value = operator.index(value)   # a plain int: a subclass's comparisons are not asked
         limit = self._device.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - self.shared_size_bytes
         if not 0 <= value <= limit:
             raise ValueError(f"kernel {self._name}: dynamic shared memory {value} is outside "
@@ -337,6 +347,9 @@ class Kernel:
         b = _as_dim3(block, "block")
         if isinstance(shared_mem, bool) or not isinstance(shared_mem, int):
             raise TypeError(f"shared_mem must be an int, not {type(shared_mem).__name__}")
+        # The plain int an int subclass holds: its own comparisons could pass the range checks
+        # below and its __format__ would write the launcher's generated code.
+        shared_mem = operator.index(shared_mem)
         dev = self._device
         a = dev.attribute
         lim_b = (a("MAX_BLOCK_DIM_X"), a("MAX_BLOCK_DIM_Y"), a("MAX_BLOCK_DIM_Z"))
@@ -586,6 +599,11 @@ class Launcher:
     def _generate(self, blk, ptr):
         kernel = self._kernel
         lines, ns = blk.writer_code("args")
+        # The geometry is written into the generated code as text: only plain ints in range
+        # of the driver's unsigned int parameters may get there (_geometry makes them so).
+        if not all(type(v) is int and 0 <= v <= _UINT_MAX for v in self._dims):
+            raise TypeError(f"launch geometry {self._dims!r} is not made of plain ints in "
+                            f"[0, {_UINT_MAX}]")
         gx, gy, gz, bx, by, bz, sm = self._dims
         ns.update(alive=kernel._alive, closed=self._closed, fn=_raw_launch(), f=kernel._f,
                   params=ptr, fixed=self._stream, tls=thread_streams, default_stream=default_stream,
@@ -667,6 +685,24 @@ class Launcher:
 _capture_sinks: list = []
 
 
-def _note_capture(module: Module) -> None:
+def _note_capture(module) -> None:
     for sink in _capture_sinks:
         sink.add(module)
+
+
+def add_capture_sink(sink: set) -> None:
+    """Collect into ``sink`` the module of every launch made until
+    :func:`remove_capture_sink` (a capture block's modules, which its graph keeps alive)."""
+    _capture_sinks.append(sink)
+
+
+def remove_capture_sink(sink: set) -> None:
+    """Stop collecting into ``sink``; nothing happens if it is not collecting.
+
+    Matched by identity: two capture blocks' sets may be equal (both empty), and removing
+    the other one would stop its graph from keeping its modules alive.
+    """
+    for i, other in enumerate(_capture_sinks):
+        if other is sink:
+            del _capture_sinks[i]
+            return

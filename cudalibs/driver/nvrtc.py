@@ -11,17 +11,13 @@ handle never outlives the call that made it.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import os
-import tempfile
-import threading
-import warnings
 from typing import Literal, NamedTuple, Sequence
 
 from .. import _env, _ffi
 from ..errors import CudaError, LibraryNotFoundError, NvrtcError
-from . import _core, _params
+from . import _core, _params, compile_cache
+from .compile_cache import cache_dir, clear_memory_cache
 from . import _nvrtc_lib as _lib
 from . import device as _device
 from .module import Module, check_ptx_version
@@ -271,104 +267,6 @@ def cuda_include_dirs() -> tuple[str, ...]:
 
 _include_dirs: tuple[str, ...] | None = None
 
-# In-memory cache: key -> (kind, image, ptx text, lowered names); and loaded modules per
-# (key, device ordinal), reused while open.
-_images: dict[str, tuple] = {}
-_modules: dict[tuple[str, int], object] = {}
-_cache_lock = threading.Lock()
-_warned_dirs: set[str] = set()
-_MAGIC = b"CLNVRTC1"
-
-
-def cache_dir() -> str:
-    """The on-disk cache directory: ``$CUDALIBS_CACHE_DIR`` or ``~/.cache/cudalibs/nvrtc``."""
-    env = _env.cache_dir()
-    if env:
-        return env
-    return os.path.join(_env.home_cache(), "nvrtc")
-
-
-def clear_memory_cache() -> None:
-    """Forget compiled images and loaded modules held in memory (the disk cache stays)."""
-    with _cache_lock:
-        _images.clear()
-        _modules.clear()
-
-
-def _cache_key(source, name, options, name_expressions, version, target) -> str:
-    h = hashlib.sha256()
-    for part in (source, name, "\0".join(options), "\0".join(name_expressions),
-                 f"{version[0]}.{version[1]}", target.kind, target.arch):
-        data = part.encode("utf-8", errors="surrogatepass")
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
-
-
-def _encode_entry(kind: str, image: bytes, ptx: bytes, lowered: dict) -> bytes:
-    meta = json.dumps({"kind": kind, "image": len(image), "ptx": len(ptx),
-                       "lowered": lowered}).encode()
-    body = len(meta).to_bytes(4, "little") + meta + image + ptx
-    return _MAGIC + hashlib.sha256(body).digest() + body
-
-
-def _decode_entry(data: bytes):
-    """``(kind, image, ptx, lowered)``, or None when the entry is damaged in any way."""
-    try:
-        if len(data) < 44 or not data.startswith(_MAGIC):
-            return None
-        digest, body = data[8:40], data[40:]
-        if hashlib.sha256(body).digest() != digest:
-            return None
-        n = int.from_bytes(body[:4], "little")
-        meta = json.loads(body[4:4 + n])
-        rest = body[4 + n:]
-        if len(rest) != meta["image"] + meta["ptx"] or meta["kind"] not in ("ptx", "cubin"):
-            return None
-        image, ptx = rest[:meta["image"]], rest[meta["image"]:]
-        return meta["kind"], image, ptx, dict(meta["lowered"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _warn_once(directory: str, exc: OSError) -> None:
-    if directory in _warned_dirs:
-        return
-    _warned_dirs.add(directory)
-    warnings.warn(f"cudalibs: cannot write the NVRTC cache in {directory} ({exc}); compiled "
-                  "kernels are kept in memory only (set CUDALIBS_CACHE_DIR to a writable "
-                  "directory, or pass cache=False)", RuntimeWarning, stacklevel=4)
-
-
-def _disk_read(key: str):
-    path = os.path.join(cache_dir(), key[:2], key + ".bin")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return _decode_entry(data)
-
-
-def _disk_write(key: str, entry: bytes) -> None:
-    directory = os.path.join(cache_dir(), key[:2])
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=key[:8], suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(entry)
-            # Readers see either the old file or the whole new one, never a partial write.
-            os.replace(tmp, os.path.join(directory, key + ".bin"))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError as exc:
-        _warn_once(cache_dir(), exc)
-
 
 def _compile_program(source: str, name: str, options: Sequence[str],
                      name_expressions: Sequence[str], target: Target):
@@ -432,7 +330,8 @@ class Compiled(NamedTuple):
     lowered : dict
         Name expression -> mangled name.
     key : str
-        The cache key.
+        The cache key; ``""`` for a build kept off the caches (``cache=False``, or a build
+        whose headers the key cannot cover: see :func:`compile`).
     target : Target
     cached : str
         ``"memory"``, ``"disk"`` or ``""`` (compiled now).
@@ -493,22 +392,20 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     opts += [f"-I{d}" for d in include_dirs]
     opts += [f"-I{d}" for d in cuda_include_dirs()]
     opts += user
-    key = _cache_key(source, name, opts, tuple(name_expressions), nv, tgt)
-    cached = ""
-    entry = _images.get(key) if cache else None
-    if entry is not None:
-        cached = "memory"
-    elif cache:
-        entry = _disk_read(key)
-        if entry is not None:
-            cached = "disk"
-            _images[key] = entry
+    key = ""
+    if cache:
+        headers, why = compile_cache.header_digest(source, name, include_dirs, user)
+        if why is None:
+            key = compile_cache.cache_key(source, name, opts, name_expressions, nv, tgt.kind,
+                                          tgt.arch, headers)
+        else:
+            compile_cache.note_uncached(name, why)
+    entry, cached = compile_cache.lookup(key) if key else (None, "")
     if entry is None:
         image, ptx, lowered, _log = _compile_program(source, name, opts, name_expressions, tgt)
         entry = (tgt.kind, image, ptx, lowered)
-        if cache:
-            _images[key] = entry
-            _disk_write(key, _encode_entry(*entry))
+        if key:
+            compile_cache.store(key, entry)
     kind, image, ptx, lowered = entry
     return Compiled(kind, image, ptx, dict(lowered), key, tgt, cached)
 
@@ -541,9 +438,24 @@ def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence
     name : str, default "kernel.cu"
         The file name the compiler log uses.
     cache : bool, default True
-        Reuse earlier results: in memory, and on disk under :func:`cache_dir` (keyed by the
-        source, options, name expressions, NVRTC version, target architecture and output
-        kind).  A damaged disk entry is recompiled; an unwritable directory only warns once.
+        Reuse earlier results: in memory, and on disk under :func:`cache_dir`, keyed by the
+        source, options, name expressions, NVRTC version, target architecture, output kind
+        and the headers the source may include: the relative paths and contents of every
+        file under ``include_dirs`` (and the directories and pre-included files of
+        ``options``), read again at each call, so that editing a header compiles anew.  A
+        build whose headers cannot all be known that way stays off both caches, its reason
+        logged once: more than 4096 files or 16 MiB under its include directories, a computed
+        ``#include``, one by an absolute path or through ``..``, or a quoted one found beside
+        ``name`` outside ``include_dirs``.  The CUDA headers count as part of the toolkit.
+
+        The memory caches keep the 256 most recently used images (128 MiB at most) and 64
+        modules (256 MiB of images); a module they drop stays loaded while its holders keep
+        it.  The disk cache is used only while its directories belong to this user and others
+        cannot write to them (else memory only, the reason logged once on the
+        ``cudalibs.driver`` logger); entries are read only as regular files of this user of at
+        most 64 MiB, and written whole.  It is pruned on a process's first write and every
+        64th after: entries unused for 30 days go, then the least recently used until 1 GiB
+        remains.  A damaged entry is recompiled; an unwritable directory only warns once.
     device : Device or int, optional
         Where to load the module; the current device by default.
     target : {"ptx", "cubin"}, optional
@@ -598,15 +510,13 @@ def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence
         return Module._deferred(load, built.kind, entries, f"<{name}>", isa, built.lowered)
     if dev is None:
         dev = _device.as_device(device)
-    if cache:
-        with _cache_lock:
-            mod = _modules.get((built.key, dev.ordinal))
-            if mod is not None and not mod.closed:
-                return mod
+    if built.key:
+        mod = compile_cache.loaded_module(built.key, dev.ordinal)
+        if mod is not None:
+            return mod
     mod = _load_built(built, dev, driver, entries, isa, name)
-    if cache:
-        with _cache_lock:
-            _modules[(built.key, dev.ordinal)] = mod
+    if built.key:
+        compile_cache.keep_module(built.key, dev.ordinal, mod, len(built.image))
     return mod
 
 
@@ -620,19 +530,3 @@ def _load_built(built, dev, driver, entries, isa, name):
                             built.lowered)
     return Module._load(built.image, "cubin", dev, None, entries, f"<{name}>", None,
                         built.lowered)
-    text = built.ptx.decode("utf-8", errors="replace")
-    entries = _params.parse_entries(text)
-    if built.kind == "ptx":
-        isa = _params.ptx_version(text)
-        problem = check_ptx_version(isa, driver)
-        if problem is not None:
-            raise CudaError(222, "cuModuleLoadDataEx", None, problem)
-        mod = Module._load(built.image + b"\0", "ptx", dev, None, entries, f"<{name}>", isa,
-                           built.lowered)
-    else:
-        mod = Module._load(built.image, "cubin", dev, None, entries, f"<{name}>", None,
-                           built.lowered)
-    if cache:
-        with _cache_lock:
-            _modules[(built.key, dev.ordinal)] = mod
-    return mod

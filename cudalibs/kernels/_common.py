@@ -33,10 +33,11 @@ GRID_X_MAX = 2**31 - 1
 
 
 def array(x, op: str, name: str, dts=None, *, ndim=None, device=None, stream=None,
-          contiguous: bool = True) -> DeviceArray:
-    """``x`` through the one operand path; the kernels want C-contiguous data by default."""
+          contiguous: bool = True, written=None) -> DeviceArray:
+    """``x`` through the one operand path; the kernels want C-contiguous data by default.
+    ``written``: the kernel writes ``x`` (by default only an operand named ``out``)."""
     return operand(x, name, op, device=device, dtypes=dts, ndim=ndim, contiguous=contiguous,
-                   stream=stream)
+                   stream=stream, written=written)
 
 
 def check_no_overlap(op: str, out: DeviceArray, inputs, *, same_ok: bool) -> None:

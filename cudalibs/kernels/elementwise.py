@@ -294,7 +294,7 @@ def channel_bias_act(y, bias, *, z=None, alpha2=1.0, activation="relu", stream=N
     if activation not in ("relu", "identity"):
         raise ValueError(f"{op}: activation must be 'relu' or 'identity', not {activation!r}")
     a2 = real(op, "alpha2", alpha2)
-    y = array(y, op, "y", HALF_FLOAT, stream=stream, contiguous=False)
+    y = array(y, op, "y", HALF_FLOAT, stream=stream, contiguous=False, written=True)
     dev = y.device
     if not 2 <= len(y.shape) <= 5:
         raise ValueError(f"{op}: y must be (N, C, ...) with 0 to 3 spatial dimensions, got "

@@ -90,7 +90,7 @@ def _target(x, op: str, name: str, shape, dtypes, dev, s, reads, *, same_ok: boo
     same array and ``same_ok``)."""
     if x is None:
         return empty(shape, dtypes[0], device=dev, stream=s)
-    arr = array(x, op, name, dtypes, device=dev, stream=s)
+    arr = array(x, op, name, dtypes, device=dev, stream=s, written=True)
     if (arr.size != 1) if scalar else (arr.shape != tuple(shape)):
         want = "one element" if scalar else f"shape {tuple(shape)}"
         raise ValueError(f"{op}: {name} must have {want}, got shape {arr.shape}")
@@ -183,7 +183,7 @@ def _hyper(op: str, name: str, value, low: float, high: float, closed_high: bool
 
 def _param_grad(op: str, param, grad, stream):
     """The float32 parameter and a gradient of its shape (float32, float16 or bfloat16)."""
-    p = array(param, op, "param", (F32,), stream=stream)
+    p = array(param, op, "param", (F32,), stream=stream, written=True)
     dev = p.device
     g = array(grad, op, "grad", HALF_FLOAT, device=dev, stream=stream)
     if g.shape != p.shape:
@@ -193,7 +193,7 @@ def _param_grad(op: str, param, grad, stream):
 
 def _state(op: str, name: str, x, p, dev, stream) -> DeviceArray:
     """An optimizer state buffer: float32, param's shape, disjoint from param."""
-    arr = array(x, op, name, (F32,), device=dev, stream=stream)
+    arr = array(x, op, name, (F32,), device=dev, stream=stream, written=True)
     same(op, arr, p, name, "param")
     if arrays_overlap(arr, p):
         raise ValueError(f"{op}: {name} overlaps param")
@@ -494,7 +494,8 @@ def adamw(param, grad, exp_avg, exp_avg_sq, *, step, lr, betas=(0.9, 0.999), eps
     t, t_ptr = _by_pointer(op, "step", step, I32, dev, stream, first_step)
     copy = None
     if param_copy is not None:
-        copy = array(param_copy, op, "param_copy", COPY_TYPES, device=dev, stream=stream)
+        copy = array(param_copy, op, "param_copy", COPY_TYPES, device=dev, stream=stream,
+                     written=True)
         if copy.shape != p.shape:
             raise ValueError(f"{op}: param_copy has shape {copy.shape} but param has "
                              f"{p.shape}")
@@ -526,7 +527,7 @@ def step_increment(step, by=1, stream=None):
         ``step``.
     """
     op = "step_increment"
-    c = array(step, op, "step", (I32,), stream=stream)
+    c = array(step, op, "step", (I32,), stream=stream, written=True)
     if c.size != 1:
         raise ValueError(f"{op}: step must have one element, got shape {c.shape}")
     if isinstance(by, (bool, np.bool_)) or not isinstance(by, (int, np.integer)) or \

@@ -79,20 +79,49 @@ class group:
 
     __slots__ = ()
 
+    # NCCL's group depth and ours (``state().depth``) must move together whatever interrupts
+    # them: a start left without its end makes NCCL queue every later call of the thread
+    # forever.  ``called`` is set with no call between it and the NCCL call (Python delivers
+    # an interrupt only as a call returns or a loop jumps back), so once it is set the NCCL
+    # call has happened, even if its status was lost to a KeyboardInterrupt.
     def __enter__(self) -> "group":
-        g = state()
-        st = _lib.get().ncclGroupStart()
-        if st:
-            raise_for(st, "ncclGroupStart")
-        g.depth += 1
+        called = False
+        try:
+            g = state()
+            L = _lib.get()
+            called = True
+            st = L.ncclGroupStart()
+            if st:
+                called = False      # refused: NCCL opened no group
+                raise_for(st, "ncclGroupStart")
+            g.depth += 1
+        except BaseException:
+            if called:
+                _end_quietly()
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        g = state()
-        g.depth -= 1
         # ncclGroupEnd runs even when the block raised: NCCL's group state is per thread and
         # would otherwise swallow every later call of this thread.
-        st = _lib.get().ncclGroupEnd()
+        called = False
+        try:
+            g = state()
+            if g.depth <= 0:
+                return          # not entered (or left already): NCCL has no group of ours
+            L = _lib.get()
+            called = True
+            st = L.ncclGroupEnd()
+        except BaseException:
+            g = state()
+            if g.depth > 0:
+                if not called:
+                    _end_quietly()
+                g.depth -= 1
+                if not g.depth:
+                    _forget(g)
+            raise
+        g.depth -= 1
         if g.depth:
             if st and st != IN_PROGRESS and exc_type is None:
                 raise_for(st, "ncclGroupEnd")
@@ -120,3 +149,21 @@ class group:
 
     def __repr__(self) -> str:
         return f"<nccl.group, depth {state().depth}>"
+
+
+def _end_quietly() -> None:
+    """``ncclGroupEnd`` for a start whose block will not run, ignoring its status (the error
+    or interruption being raised is the one to report)."""
+    try:
+        _lib.get().ncclGroupEnd()
+    except Exception:   # noqa: BLE001 - see above
+        pass
+
+
+def _forget(g: _GroupState) -> None:
+    """Drop what an interrupted outermost group collected, so that the thread's next group
+    does not poll its communicators or run its deferred work as its own; the communicators
+    it created are still marked as driven together."""
+    created = g.created
+    g.comms, g.after, g.created = {}, [], []
+    make_clique(created)

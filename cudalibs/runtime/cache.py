@@ -160,9 +160,11 @@ class PlanCache:
             dropped = self._trim()
         del dropped
 
-    def _trim(self) -> list:
+    def _trim(self, size: int | None = None) -> list:
+        """Evict least recently used plans down to ``size`` (default the bound)."""
+        size = self._maxsize if size is None else size
         dropped = []
-        while len(self._d) > self._maxsize:
+        while len(self._d) > size:
             key, plan = self._d.popitem(last=False)
             dropped.append(plan)
             self.evictions += 1
@@ -205,8 +207,10 @@ class PlanCache:
         with self._lock:
             have = self._d.get(key)
             if have is None:
+                # Room first, then the insert: the cache never holds more than its bound, not
+                # even for a moment another thread could see.
+                dropped = self._trim(max(self._maxsize - 1, 0))
                 self._d[key] = plan
-                dropped = self._trim()
             else:
                 dropped = []
         del dropped

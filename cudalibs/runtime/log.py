@@ -4,7 +4,9 @@ What is logged (all at planning time, never per call of a prepared plan):
 
 - ``cudalibs.runtime``: plans built (with their engine, workspace and time), tuning-store
   hits, evictions from the one plan cache, recorded relaunches accepted, refused (and why)
-  or failing at launch;
+  or failing at launch; a tuning store file or directory not used, or records skipped (why);
+- ``cudalibs.driver``: the NVRTC compile cache's directory or entries not used, and builds
+  kept off its caches (why), each reason once;
 - ``cudalibs.cublas``, ``cudalibs.cudnn``, ``cudalibs.nccl``: the libraries' own choices, such
   as a convolution that falls back from cuDNN's graph API to the legacy API.
 

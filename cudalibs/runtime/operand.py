@@ -8,17 +8,21 @@ arguments into DeviceArrays here, for a named parameter, with the checks the cal
   with one message whatever protocol it speaks;
 - the buffer still open (:class:`~cudalibs.errors.ClosedError` otherwise);
 - dtype among those allowed, number of dimensions, C-contiguity;
-- the device: all operands of one call on one device.
+- the device: all operands of one call on one device;
+- for an operand the call writes (``written=True``, or by default a parameter named ``out``
+  or ``out[i]``): not read-only, no two elements at one address
+  (:func:`~cudalibs.driver.array.check_writable`).
 
 Messages have one shape, ``"<op>: <name> ..."``, so a user sees the same words from every
 library.  The common case -- a DeviceArray with nothing to check but liveness -- is a type
-test and two attribute reads.
+test and two attribute reads; a written one two more slot reads (a target that is read-only
+or not C-contiguous goes through :func:`~cudalibs.driver.array.check_writable`).
 """
 
 from __future__ import annotations
 
 from ..errors import ClosedError
-from ..driver.array import DeviceArray
+from ..driver.array import DeviceArray, check_writable
 from ..driver.interop import coerce
 
 __all__ = ["operand", "operands", "check_device"]
@@ -33,7 +37,8 @@ def _names(dtypes) -> str:
 
 
 def operand(x, name: str, op: str | None = None, *, device=None, dtypes=None, ndim=None,
-            contiguous: bool = False, stream=None) -> DeviceArray:
+            contiguous: bool = False, stream=None, written: bool | None = None
+            ) -> DeviceArray:
     """``x`` as a live DeviceArray, checked for the parameter ``name`` of operation ``op``.
 
     Parameters
@@ -56,13 +61,19 @@ def operand(x, name: str, op: str | None = None, *, device=None, dtypes=None, nd
     stream : Stream, optional
         The stream the caller will use it on: a producer's stream named by the array's
         protocol is ordered before it.
+    written : bool, optional
+        The call writes ``x``: a read-only array (its producer exported it read-only) or one
+        with two elements at one address is refused.  By default an operand named ``out``
+        (or ``out[i]``) is taken as written, any other as read only.
 
     Raises
     ------
     TypeError
         ``x`` is None, host data, not an array, or of a dtype not in ``dtypes``.
     ValueError
-        Wrong number of dimensions, wrong device, or not C-contiguous when required.
+        Wrong number of dimensions, wrong device, or not C-contiguous when required; a
+        written operand read-only or with overlapping elements; a foreign array's description
+        invalid (see :func:`cudalibs.asarray`).
     ClosedError
         The memory under ``x`` was freed.
     """
@@ -70,6 +81,11 @@ def operand(x, name: str, op: str | None = None, *, device=None, dtypes=None, nd
     buf = arr._buf
     if buf is not None and buf._ptr is None:
         raise ClosedError(f"{_what(op, name)} is closed (its buffer was freed)")
+    # Written as the caller says, else when named out or out[i].  A writable C-contiguous
+    # target (the common out=) costs two slot reads and no call.
+    if (arr._readonly or arr._contig is not True) and \
+            (written if written is not None else name == "out" or "out[" in name):
+        check_writable(arr, name, op)
     if dtypes is not None and arr.dtype not in dtypes:
         raise TypeError(f"{_what(op, name)} has dtype {arr.dtype}; supported: "
                         f"{_names(dtypes)}")
@@ -87,10 +103,12 @@ def operand(x, name: str, op: str | None = None, *, device=None, dtypes=None, nd
     return arr
 
 
-def operands(op: str | None, *named, stream=None):
+def operands(op: str | None, *named, stream=None, written=()):
     """:func:`operand` of each ``(x, name)`` pair, all on the first one's device.
 
-    A pair whose ``x`` is None gives None (an optional operand left out).
+    A pair whose ``x`` is None gives None (an optional operand left out).  The operands the
+    call writes -- those named ``out`` or ``out[i]``, and those named in ``written`` -- are
+    checked as :func:`operand` checks a written one.
 
     Returns
     -------
@@ -107,6 +125,9 @@ def operands(op: str | None, *named, stream=None):
         buf = a._buf
         if buf is not None and buf._ptr is None:
             raise ClosedError(f"{_what(op, name)} is closed (its buffer was freed)")
+        if (a._readonly or a._contig is not True) and \
+                (name == "out" or "out[" in name or name in written):
+            check_writable(a, name, op)
         if dev is None:
             dev = a.device
         elif a.device is not dev:

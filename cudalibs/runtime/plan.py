@@ -123,11 +123,6 @@ class Plan(Resource):
 
     # -- the protocol --------------------------------------------------------------------------
     @property
-    def device(self):
-        """The device the plan runs on."""
-        return self._device
-
-    @property
     def candidates(self) -> list[dict]:
         """The candidates the heuristics offered (copies), with ``ms`` once timed."""
         return [dict(c) for c in self._candidates]
@@ -310,6 +305,11 @@ class Plan(Resource):
 #: Target length of one timed loop (ms) and the loop's bounds in runs.
 LOOP_MS = 0.5
 MAX_REPS = 200
+
+
+#: ``plan.device``, the device the plan runs on: the ``_device`` slot under its public name, so
+#: the libraries' hot paths read it at slot speed.
+Plan.device = Plan.__dict__["_device"]
 
 
 def time_candidates(runs: Sequence[Callable[[], None]], stream, *, rounds: int = 5,

@@ -33,11 +33,15 @@ BASE = ("_ffi", "_loader", "_env", "errors", "dtypes", "ptx")
 #: of the contract (now read through ``address``, ``shape``, ``strides``, ``dtype``,
 #: ``device``, ``raw``, ``raw_handle``, ``raw_context``, ``owned``) and the internals behind it.
 DRIVER_INTERNALS = frozenset({"_ptr", "_shape", "_strides", "_dtype", "_dt", "_device", "_buf",
-                              "_owner", "_contig", "_h", "_handle", "_ctx", "_owned", "_alive"})
+                              "_owner", "_contig", "_readonly", "_h", "_handle", "_ctx",
+                              "_owned", "_alive"})
 #: Runtime modules that read a driver internal, with the reason.
 RUNTIME_READS = {
     ("operand.py", "_buf"): "the one operand path's liveness check of an array's buffer",
     ("operand.py", "_ptr"): "the one operand path's liveness check (a freed buffer's _ptr)",
+    ("operand.py", "_readonly"): "the one operand path's write check of an out= target, "
+                                 "without a call in the common case",
+    ("operand.py", "_contig"): "the same check: a C-contiguous target cannot overlap itself",
     ("ptxlib.py", "_alive"): "the shipped kernels' launch path checks its cached stream's "
                              "liveness cell without a call",
 }

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import cudalibs
-from cudalibs.driver import _params, launch as LA, module as M, nvrtc
+from cudalibs.driver import _params, compile_cache as CC, diskstate, launch as LA, module as M
+from cudalibs.driver import nvrtc
 from cudalibs.errors import ClosedError, CudaError, NvrtcError
 
 SAXPY = r"""
@@ -273,13 +274,13 @@ def test_corrupted_entry_is_recompiled(cache_dir, damage):
     else:  # a valid checksum over nonsense metadata
         import hashlib
         body = (5).to_bytes(4, "little") + b"{bad}"
-        data = nvrtc._MAGIC + hashlib.sha256(body).digest() + body
+        data = CC.MAGIC + hashlib.sha256(body).digest() + body
     path.write_bytes(data)
     nvrtc.clear_memory_cache()
     again = nvrtc.build(SAXPY, arch="sm_90", driver_cuda=_loads_ptx())
     assert again.cached == "" and again.image == first.image
     # and the entry was rewritten whole
-    assert nvrtc._decode_entry(path.read_bytes()) is not None
+    assert CC.decode_entry(path.read_bytes()) is not None
 
 
 def test_read_only_cache_dir_warns_once(tmp_path, monkeypatch):
@@ -291,9 +292,9 @@ def test_read_only_cache_dir_warns_once(tmp_path, monkeypatch):
         def denied(*a, **k):
             raise PermissionError(13, "Permission denied", str(ro))
 
-        monkeypatch.setattr(nvrtc.tempfile, "mkstemp", denied)
+        monkeypatch.setattr(diskstate.tempfile, "mkstemp", denied)
     monkeypatch.setenv("CUDALIBS_CACHE_DIR", str(ro))
-    nvrtc._warned_dirs.discard(str(ro))
+    CC._warned_dirs.discard(str(ro))
     try:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
@@ -309,6 +310,7 @@ def test_read_only_cache_dir_warns_once(tmp_path, monkeypatch):
 
 def test_cache_dir_default(monkeypatch):
     monkeypatch.delenv("CUDALIBS_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert nvrtc.cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "cudalibs",
                                              "nvrtc")
 

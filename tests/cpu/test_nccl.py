@@ -579,64 +579,7 @@ def test_split_nocolor_returns_none(fake):
 
 
 # ----------------------------------------------------------------------------- bootstrap
-class Recorded(C.Communicator):
-    """Records the constructor's arguments instead of creating a communicator."""
-
-    def __init__(self, nranks, rank, uid, device=None, *, blocking=True, timeout=None):
-        self.args = (nranks, rank, uid, device, blocking, timeout)
-
-
-class DictStore:
-    def __init__(self):
-        self.data = {}
-
-    def set(self, key, value):
-        self.data[key] = bytes(value)
-
-    def get(self, key):
-        return self.data[key]
-
-
-def test_from_store():
-    store = DictStore()
-    r0 = Recorded.from_store(store, 0, 2, device=0, key="k")
-    r1 = Recorded.from_store(store, 1, 2, device=1, key="k")
-    assert len(store.data["k"]) == 128
-    assert r0.args[2] == r1.args[2] == nccl.UniqueId(store.data["k"])
-    assert r0.args[:2] == (2, 0) and r1.args[:2] == (2, 1) and r1.args[3] == 1
-    with pytest.raises(TypeError, match="set"):
-        Recorded.from_store(object(), 0, 2, device=0)
-    with pytest.raises(ValueError, match="out of range"):
-        Recorded.from_store(store, 2, 2, device=0)
-
-
-def test_from_store_rejects_a_bad_id():
-    store = DictStore()
-    store.set("k", b"short")
-    with pytest.raises(ValueError, match="128 bytes"):
-        Recorded.from_store(store, 1, 2, device=0, key="k")
-
-
-def test_from_mpi():
-    class FakeMpi:
-        def __init__(self, rank, shared):
-            self.rank, self.shared = rank, shared
-
-        def Get_rank(self):
-            return self.rank
-
-        def Get_size(self):
-            return 2
-
-        def bcast(self, obj, root=0):
-            if self.rank == root:
-                self.shared.append(obj)
-            return self.shared[0]
-
-    shared = []
-    r0 = Recorded.from_mpi(FakeMpi(0, shared), device=0)
-    r1 = Recorded.from_mpi(FakeMpi(1, shared), device=1)
-    assert r0.args[2] == r1.args[2] and r0.args[:2] == (2, 0) and r1.args[:2] == (2, 1)
+# from_store and from_mpi: tests/cpu/test_bootstrap.py
 
 
 def test_local_rank_from_env(monkeypatch):

@@ -355,7 +355,7 @@ def test_integer_minimum(monkeypatch):
 
 def test_the_other_readers(monkeypatch):
     for var in ("CUDALIBS_TUNING_CACHE", "CUDALIBS_CACHE_DIR", "CUDALIBS_LOG", "CUDA_HOME",
-                "CUDA_PATH", "CUDALIBS_CUDNN_PATH"):
+                "CUDA_PATH", "CUDALIBS_CUDNN_PATH", "XDG_CACHE_HOME"):
         monkeypatch.delenv(var, raising=False)
     assert _env.tuning_cache() is None and _env.cache_dir() is None
     assert _env.log_level() is None and _env.toolkit_roots() == ()

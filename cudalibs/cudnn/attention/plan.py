@@ -463,7 +463,7 @@ class SdpaPlanBase(Plan):
             it = np.dtype(dtype).itemsize
             buf = alloc_async(it * math.prod(shape), s, dev)
             return DeviceArray.from_buffer(buf, shape, dtype, byte_strides(est, it))
-        out = _operand(out, name, op, device=dev)
+        out = _operand(out, name, op, device=dev, written=True)
         self._match(op, out, name, shape, est, dtype, packed)
         ext, p = self._ext[slot], out.address
         for n, a in inputs:

@@ -30,7 +30,8 @@ from ...runtime import front as _front
 from ...runtime import ptxlib as _ptxlib
 from ...runtime.cache import KeyKind
 from ...runtime.operand import operands as _operands
-from ...runtime.options import options as _current_options
+from ...runtime.options import CURRENT as _CURRENT
+from ...runtime.options import PROCESS as _PROCESS
 from ...runtime.plan import scratch as _scratch
 from .._base import env, raise_for
 from .._common import check_overlap, hashable, output, scalar
@@ -329,7 +330,7 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
     x, w, out, dev = _operands("conv_bias_act", (x, "x"), (w, "w"), (out, "out"),
                                stream=stream)
     s = as_stream(stream, dev)
-    graph = _current_options().conv_graph_api
+    graph = (_CURRENT.get() or _PROCESS[0]).conv_graph_api
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     with_z = z is not None
     key = (FUSED_KEY, dev.ordinal, x.dtype, x.shape, x.strides, w.shape, w.strides,

@@ -61,7 +61,8 @@ from ...runtime import front as _front
 from ...runtime.cache import KeyKind, cache as _cache
 from ...runtime.operand import operand as _operand
 from ...runtime.operand import operands as _operands
-from ...runtime.options import options as _current_options
+from ...runtime.options import CURRENT as _CURRENT
+from ...runtime.options import PROCESS as _PROCESS
 from .. import _lib
 from .._base import env, raise_for
 from .._common import (check_float, check_overlap, hashable, is_double, layout_of, output, pick_layout,
@@ -122,6 +123,16 @@ def problem_key(kind, dev, a, b, extra, stride, padding, dilation, groups, algo,
                    float(alpha), float(beta), graph, env(dev))
 
 
+#: The hit path of the one front (a plan is looked up, then built and inserted on a miss).
+_lookup = _front.lookup
+
+
+def _prepare(algo, s):
+    """How a new one-shot plan is prepared: autotuned on ``s`` for ``algo="find"``, else
+    planned by the heuristics."""
+    return _front.tuned(s) if algo == "find" else _front.PLAN
+
+
 # -- forward --------------------------------------------------------------------------------------
 def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, algo="find",
                  math=None, deterministic=False, workspace_limit=None, out=None, alpha=1.0,
@@ -180,14 +191,14 @@ def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, 
                                stream=stream)
     s = as_stream(stream, dev)
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
-    graph = _current_options().conv_graph_api
+    graph = (_CURRENT.get() or _PROCESS[0]).conv_graph_api
     key = problem_key(FORWARD_KEY, dev, x, w, None, stride, padding, dilation, groups, algo,
                       math, deterministic, limit, out, alpha, beta, graph)
-    plan = _front.planned(key, lambda: ConvForwardPlan(
+    plan = _lookup(key) or _front.insert(key, ConvForwardPlan(
         x, w, stride=stride, padding=padding, dilation=dilation, groups=groups, algo=algo,
         math=math, deterministic=deterministic, workspace_limit=limit, alpha=alpha, beta=beta,
         out=out, graph_api=graph, max_candidates=1 if algo == "heuristic" else None),
-        tune=algo == "find", stream=s)
+        _prepare(algo, s))
     y = plan.output_for(out, dev, s, "conv_forward")
     if out is not None and plan._overlaps(y, x, w):
         check_overlap("conv_forward", y, x=x, w=w)
@@ -283,14 +294,14 @@ def _backward(op, kind, cls, a, b, extra, order, stride, padding, dilation, grou
     a, b, out, dev = _operands(op, (a, an), (b, bn), (out, "out"), stream=stream)
     s = as_stream(stream, dev)
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
-    graph = _current_options().conv_graph_api
+    graph = (_CURRENT.get() or _PROCESS[0]).conv_graph_api
     key = problem_key(kind, dev, a, b, extra, stride, padding, dilation, groups, algo, math,
                       deterministic, limit, out, alpha, beta, graph)
-    plan = _front.planned(key, lambda: cls(
+    plan = _lookup(key) or _front.insert(key, cls(
         a, b, extra, stride=stride, padding=padding, dilation=dilation, groups=groups,
         algo=algo, math=math, deterministic=deterministic, workspace_limit=limit, alpha=alpha,
         beta=beta, out=out, graph_api=graph, max_candidates=1 if algo == "heuristic" else None),
-        tune=algo == "find", stream=s)
+        _prepare(algo, s))
     c = plan.output_for(out, dev, s, op)
     if out is not None and plan._overlaps(c, a, b):
         check_overlap(op, c, **{an: a, bn: b})

@@ -402,12 +402,12 @@ class BatchNormPlan(Plan):
                 "activation separately")
         return _OPS_ADD_ACT if z is not None else _OPS_ACT
 
-    def _param(self, arr, name, dev, required=True):
+    def _param(self, arr, name, dev, required=True, written=False):
         if arr is None:
             if required:
                 raise ValueError(f"{name} is required")
             return None
-        arr = operand(arr, name, "batch_norm", device=dev)
+        arr = operand(arr, name, "batch_norm", device=dev, written=written)
         if arr.dtype != self._pdtype:
             raise TypeError(f"{name} must be {self._pdtype} (cuDNN keeps batch-norm parameters "
                             f"in {self._pdtype} for this data), not {arr.dtype}")
@@ -437,8 +437,9 @@ class BatchNormPlan(Plan):
         ops = self._ops(x, activation, z)
         scale = self._param(scale, "scale", dev)
         bias = self._param(bias, "bias", dev)
-        rm = self._param(rm, "running_mean", dev, False)
-        rv = self._param(rv, "running_var", dev, False)
+        # training updates the running statistics in place
+        rm = self._param(rm, "running_mean", dev, False, written=True)
+        rv = self._param(rv, "running_var", dev, False, written=True)
         if (rm is None) != (rv is None):
             raise ValueError("give both running_mean and running_var, or neither")
         momentum = float(momentum)

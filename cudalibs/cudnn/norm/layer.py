@@ -271,7 +271,7 @@ class NormPlan(Plan):
         or a new array allocated on ``s``."""
         if arr is None:
             return empty(shape, dtype, device=dev, stream=s)
-        arr = _operand(arr, name, op, device=dev)
+        arr = _operand(arr, name, op, device=dev, written=True)
         if arr.shape != shape or arr.dtype != dtype or not arr.is_c_contiguous:
             raise ValueError(f"{op}: {name} is {arr.dtype} {arr.shape} (strides "
                              f"{arr.strides}); expected C-contiguous {np.dtype(dtype)} "

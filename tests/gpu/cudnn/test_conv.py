@@ -7,6 +7,7 @@ the legacy API only.  tests/gpu/cudnn/test_graph.py checks that the graph path i
 taken."""
 
 import ctypes
+import threading
 
 import numpy as np
 import pytest
@@ -316,9 +317,15 @@ def test_threads_get_their_own_handle(device, rng):
     wh, w = rand((4, 3, 3, 3), "float32", rng)
     want = ref.conv_forward(xh, wh, padding=1)
 
+    # Every thread holds its handle until all have theirs: a thread that ended first would
+    # free its handle, and a later one could be given the same address.
+    held = threading.Barrier(3)
+
     def work(t, s):
         y = cudnn.conv_forward(x, w, padding=1, stream=s).get(stream=s)
-        return y, ctypes.cast(handle.handle_for(device, s.handle).raw, ctypes.c_void_p).value
+        h = ctypes.cast(handle.handle_for(device, s.handle).raw, ctypes.c_void_p).value
+        held.wait(60)
+        return y, h
 
     results = in_threads(device, work, 3)
     for y, _ in results:

@@ -7,12 +7,14 @@ user-held plan is executed by all threads together; nothing per call may leak fr
 thread's call into another's (a variant pack, a workspace, a bias pointer).
 """
 
+import numpy as np
 import pytest
 
 import cudalibs as cl
 from cudalibs import cudnn
+from cudalibs import testing as T
 
-from .._threads import match_serial
+from .._threads import in_threads, match_serial
 from ._helpers import rand
 
 REPS = 12
@@ -156,3 +158,40 @@ def test_one_batch_norm_plan_from_many_threads(device, rng, dtype, channels_last
     finally:
         train.close()
         infer.close()
+
+
+def test_many_distinct_scalars_from_many_threads(device, rng):
+    # More distinct alpha/beta values than cuDNN's host scalars keep (1,120 alphas over eight
+    # threads, each with its own beta): every call must read its own values, whatever the
+    # other threads make meanwhile.
+    n_threads, per = 8, 140
+    x_h = rng.standard_normal((4, 8, 6, 6)).astype(np.float32) + 0.1
+    y0_h = rng.standard_normal((4, 8, 6, 6)).astype(np.float32)
+    x = cl.to_device(x_h)
+    alphas = (1.0 + np.arange(n_threads * per) * 1e-3).reshape(n_threads, per)
+    betas = -0.5 - np.arange(n_threads * per).reshape(n_threads, per) * 7e-4
+    assert alphas.size + betas.size > cudnn._common.MAX_SCALARS
+
+    def work(t, s):
+        got = []
+        for a, b in zip(alphas[t], betas[t]):
+            y = cl.to_device(y0_h, stream=s)
+            cudnn.activation_forward(x, "relu", out=y, alpha=float(a), beta=float(b), stream=s)
+            got.append(y.get(stream=s))
+        return got
+
+    threaded = in_threads(device, work, threads=n_threads)
+    relu = np.maximum(x_h.astype(np.float64), 0)
+    for t in range(n_threads):
+        for i in (0, per // 2, per - 1):
+            want = alphas[t, i] * relu + betas[t, i] * y0_h.astype(np.float64)
+            T.assert_close(threaded[t][i], want, dtype=np.float32,
+                           msg=f"thread {t} call {i}")
+    # the same calls made serially give the same bits
+    s = cl.Stream(device)
+    for t in range(n_threads):
+        serial = work(t, s)
+        for i in range(per):
+            np.testing.assert_array_equal(threaded[t][i], serial[i],
+                                          err_msg=f"thread {t} call {i}")
+    s.close()

@@ -11,19 +11,6 @@ import pytest
 import cudalibs as cl
 
 
-@pytest.fixture(scope="module")
-def torch():
-    t = pytest.importorskip("torch")
-    if not t.cuda.is_available():
-        pytest.skip("torch without CUDA")
-    return t
-
-
-@pytest.fixture(scope="module")
-def cupy():
-    return pytest.importorskip("cupy")
-
-
 def test_torch_to_us_via_cai_and_dlpack(device, torch):
     t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
     a = cl.asarray(t)  # __cuda_array_interface__
