@@ -22,6 +22,7 @@ for them.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import sys
@@ -29,20 +30,44 @@ from typing import Any, Callable
 
 import cudalibs as cl
 
-__all__ = ["Peer", "Clock", "exit_if_no_gpu", "load_torch", "load_cupy",
+__all__ = ["Peer", "Clock", "arg_parser", "exit_if_no_gpu", "load_torch", "load_cupy",
            "cudalibs_clock", "torch_clock", "cupy_clock", "time_calls", "median_spread", "gbps",
            "fmt_rate", "fmt_ratio", "markdown_table"]
 
 NA = "n/a"
 
 
-# -- environment ----------------------------------------------------------------------------
-def exit_if_no_gpu(script: str) -> None:
-    """Print one line and exit with status 0 when no GPU is usable."""
+# -- command line and environment -----------------------------------------------------------
+def arg_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line, parsed before any GPU is looked for.
+
+    Parameters
+    ----------
+    doc : str
+        The benchmark's module docstring; its first paragraph describes the command.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        Whose ``--help`` shows each option's default, and which refuses unknown options with
+        status 2, on any machine.
+    """
+    return argparse.ArgumentParser(description=" ".join(doc.split("\n\n")[0].split()),
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def exit_if_no_gpu(script: str, gpus: int = 1) -> None:
+    """Print one line naming what is missing and exit with status 2 unless ``gpus`` GPUs are
+    usable.
+
+    Status 2 rather than 0: a benchmark that measured nothing must not read as one that ran.
+    """
     reason = cl.unavailable_reason()
+    if reason is None and cl.device_count() < gpus:
+        reason = f"{cl.device_count()} visible"
     if reason is not None:
-        print(f"{script}: skipped, {reason}")
-        sys.exit(0)
+        print(f"{script}: needs {'a GPU' if gpus == 1 else f'{gpus} GPUs'}: {reason}")
+        sys.exit(2)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,6 @@ over torch's fastest backend: above 1 means cudalibs is faster.  Nothing here as
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -217,12 +216,12 @@ def host_overhead(torch, s, ts):
     return rows
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    ap = common.arg_parser(__doc__)
     ap.add_argument("--rows", default=None,
-                    help="comma-separated indices of the rows to measure (default: all)")
+                    help="comma-separated indices of the rows to measure (None: all)")
     ap.add_argument("--quick", action="store_true", help="fewer timed loops")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     global ITERS, REPEATS
     if args.quick:
         ITERS, REPEATS = 5, 3

@@ -257,7 +257,8 @@ def host_overhead(torch, s):
     return graph, legacy, theirs
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    common.arg_parser(__doc__).parse_args(argv)
     common.exit_if_no_gpu("benchmarks/conv.py")
     torch_peer = common.load_torch()
     torch = torch_peer.module

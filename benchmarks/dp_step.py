@@ -36,7 +36,6 @@ then show the cost of the machinery, not of communication.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import statistics
 import sys
@@ -52,8 +51,8 @@ for _p in (ROOT, ROOT / "benchmarks", ROOT / "examples"):
 
 import _dp  # noqa: E402  (sets the NCCL environment before NCCL loads)
 import train_step as TS  # noqa: E402  (the torch builders and the example loader)
-from _common import (cudalibs_clock, exit_if_no_gpu, fmt_ratio, load_torch,  # noqa: E402
-                     markdown_table, time_calls, torch_clock)
+from _common import (arg_parser, cudalibs_clock, exit_if_no_gpu, fmt_ratio,  # noqa: E402
+                     load_torch, markdown_table, time_calls, torch_clock)
 
 import cudalibs as cl  # noqa: E402
 
@@ -223,16 +222,18 @@ def _free_port() -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", choices=("cnn", "transformer"))
+    ap = arg_parser(__doc__)
+    ap.add_argument("--gpus", type=int, default=None, help="ranks (None: every GPU)")
+    ap.add_argument("--iters", type=int, default=30,
+                    help="steps queued between the two timing events")
+    ap.add_argument("--repeats", type=int, default=5, help="timed loops; the median is shown")
+    ap.add_argument("--only", choices=("cnn", "transformer"), help="one model only (None: both)")
     ap.add_argument("--sizes", default="small,large",
                     help="comma-separated sizes of train_step.py (small, large)")
-    ap.add_argument("--bucket-mb", type=float, default=_dp.DEFAULT_BUCKET_BYTES / 2**20)
+    ap.add_argument("--bucket-mb", type=float, default=_dp.DEFAULT_BUCKET_BYTES / 2**20,
+                    help="cudalibs' gradient bucket size in MiB")
     args = ap.parse_args(argv)
-    exit_if_no_gpu("dp_step.py")
+    exit_if_no_gpu("benchmarks/dp_step.py")
     world = cl.device_count() if args.gpus is None else args.gpus
     if not 1 <= world <= cl.device_count():
         print(f"dp_step.py: --gpus {world}, but {cl.device_count()} GPU(s) visible")

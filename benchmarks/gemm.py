@@ -49,7 +49,6 @@ the ``cublasGemmEx`` route to its (no-op) library call.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import platform
@@ -534,11 +533,11 @@ def fake_overhead(calls: int = 200_000) -> str:
                                   "µs per call"], rows, right=(1,))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None) -> int:
+    ap = common.arg_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer and smaller cases")
     ap.add_argument("--fake", action="store_true", help="no GPU: Python overhead only")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.fake:
         print(f"# cudalibs gemm() Python overhead ({platform.python_version()}, "
               f"{platform.processor() or platform.machine()})\n")

@@ -27,7 +27,6 @@ measured by this script's probe in both, through whichever module layout the che
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -245,20 +244,21 @@ def _measure(tree: Path, cpu=None, train_step=None) -> dict:
                        f"{p.stderr[-3000:]}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None) -> int:
+    ap = common.arg_parser(__doc__)
     ap.add_argument("--before", required=True, help="the older checkout")
     ap.add_argument("--after", default=str(HERE.parent), help="the newer checkout (this one)")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="alternating rounds per checkout; the median is shown")
     ap.add_argument("--json", help="also write every sample here")
     ap.add_argument("--cpu", type=int, default=None,
-                    help="pin every measuring process to this core")
+                    help="pin every measuring process to this core (None: no pinning)")
     ap.add_argument("--train-step-args", default="",
                     help="arguments for each checkout's benchmarks/train_step.py "
                          "(e.g. \"--iters 20 --repeats 3\")")
     ap.add_argument("--no-train-step", action="store_true",
                     help="leave benchmarks/train_step.py out (it takes minutes per process)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     common.exit_if_no_gpu("benchmarks/guard.py")
     trees = {"before": Path(args.before).resolve(), "after": Path(args.after).resolve()}
     train_step = None if args.no_train_step else shlex.join(shlex.split(args.train_step_args))

@@ -264,7 +264,8 @@ def _header(dev: cl.Device, peers) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    common.arg_parser(__doc__).parse_args(argv)
     common.exit_if_no_gpu("benchmarks/kernels.py")
     t0 = time.perf_counter()
     peers = {"torch": common.load_torch(), "cupy": common.load_cupy()}

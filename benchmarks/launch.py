@@ -207,8 +207,9 @@ def cases_torch(torch):
 
 
 # -- driver -----------------------------------------------------------------------------------
-def main() -> None:
-    common.exit_if_no_gpu("launch.py")
+def main(argv=None) -> None:
+    common.arg_parser(__doc__).parse_args(argv)
+    common.exit_if_no_gpu("benchmarks/launch.py")
     dev = cl.Device(0)
     torch, cupy = common.load_torch(), common.load_cupy()
     print(f"# Kernel launch overhead on {dev!r}")

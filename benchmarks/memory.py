@@ -252,7 +252,8 @@ def _noisy(spreads: dict) -> list[str]:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    common.arg_parser(__doc__).parse_args(argv)
     common.exit_if_no_gpu("benchmarks/memory.py")
     t0 = time.perf_counter()
     peers = {"torch": common.load_torch(), "cupy": common.load_cupy()}

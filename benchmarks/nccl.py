@@ -40,7 +40,6 @@ columns read ``n/a``.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -239,23 +238,21 @@ def _summary(results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="NCCL collectives: cudalibs vs torch.distributed")
+    ap = common.arg_parser(__doc__)
     ap.add_argument("--max-size", default="1GiB", help="largest buffer (e.g. 64MiB, 1GiB)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds, the libraries in rotated order; the median is shown")
     args = ap.parse_args(argv)
     text = args.max_size.strip().upper().replace("IB", "").replace("B", "")
     mult = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
     max_size = int(float(text.rstrip("KMG")) * mult)
 
-    common.exit_if_no_gpu("benchmarks/nccl.py")
-    if cl.device_count() < WORLD:
-        print(f"benchmarks/nccl.py: skipped, needs {WORLD} GPUs ({cl.device_count()} visible)")
-        return 0
+    common.exit_if_no_gpu("benchmarks/nccl.py", gpus=WORLD)
     torch_peer = common.load_torch()
     if not torch_peer.ok:
-        print(f"benchmarks/nccl.py: skipped, torch.distributed is the peer and the store "
+        print(f"benchmarks/nccl.py: needs PyTorch, torch.distributed is the peer and the store "
               f"({torch_peer.version})")
-        return 0
+        return 2
     t0 = time.perf_counter()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -71,7 +71,8 @@ def _fmt(v, digits=1):
     return f"{v:.{digits}f}" if isinstance(v, float) else common.NA
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    common.arg_parser(__doc__).parse_args(argv)
     common.exit_if_no_gpu("benchmarks/norm.py")
     peer = common.load_torch()
     torch = peer.module

@@ -37,7 +37,6 @@ prints one line and exits with status 0.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -198,9 +197,9 @@ def _fmt(v) -> str:
 
 def main(argv=None) -> int:
     global ROUNDS, REPEATS
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.arg_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer timed rounds and loops")
-    ap.add_argument("--only", choices=("sdpa", "ln"), help="one op family only")
+    ap.add_argument("--only", choices=("sdpa", "ln"), help="one op family only (None: both)")
     args = ap.parse_args(argv)
     if args.quick:
         ROUNDS, REPEATS = 5, 3

@@ -137,7 +137,8 @@ def row(torch, name, mode, t, b, f, h, kw, s, ts):
     return rows, tuned, refused
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    common.arg_parser(__doc__).parse_args(argv)
     common.exit_if_no_gpu("benchmarks/rnn.py")
     peer = common.load_torch()
     torch = peer.module

@@ -21,7 +21,6 @@ Timings are printed, never asserted.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import statistics
 import sys
@@ -34,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 import cudalibs as cl  # noqa: E402
 
-from _common import (cudalibs_clock, exit_if_no_gpu, fmt_ratio, load_torch,  # noqa: E402
-                     markdown_table, time_calls, torch_clock)
+from _common import (arg_parser, cudalibs_clock, exit_if_no_gpu, fmt_ratio,  # noqa: E402
+                     load_torch, markdown_table, time_calls, torch_clock)
 
 
 def _example(name: str):
@@ -243,12 +242,13 @@ def transformer_rows(torch, iters, repeats):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", choices=("cnn", "transformer"))
+    ap = arg_parser(__doc__)
+    ap.add_argument("--iters", type=int, default=30,
+                    help="steps queued between the two timing events")
+    ap.add_argument("--repeats", type=int, default=5, help="timed loops; the median is shown")
+    ap.add_argument("--only", choices=("cnn", "transformer"), help="one model only (None: both)")
     args = ap.parse_args(argv)
-    exit_if_no_gpu("train_step.py")
+    exit_if_no_gpu("benchmarks/train_step.py")
     peer = load_torch()
     if not peer.ok:
         print(f"train_step.py: torch {peer.version}; the comparison needs it")

@@ -1,22 +1,36 @@
 """``python -m cudalibs``: an environment report to paste into a bug, and a GPU self-check.
 
-Exit status 0 when everything found works (also on a machine without a GPU, where the
-self-check is skipped), 1 when a self-check fails.  A library that is missing comes with the
-command that installs it, in the form that works where cudalibs came from: a checkout installs
-its own extras (``pip install ".[cu13]"``); anywhere else, the NVIDIA wheel itself.
+Exit status (:data:`EXIT_STATUSES`): 0 when everything found works (also on a machine without
+a GPU, where the self-check is skipped), 1 when a device or a self-check fails, 2 for a usage
+error, 3 when none of the CUDA libraries can be loaded.  A library that is missing comes with
+the command that installs it, in the form that works where cudalibs came from: a checkout
+installs its own extras (``pip install ".[cu13]"``); anywhere else, the NVIDIA wheel itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
-import os
-import pathlib
 import platform
 import sys
 
-from . import _env
+from . import __version__, _env
+
+#: Everything found works.
+EXIT_OK = 0
+#: A device or a self-check failed.
+EXIT_FAILED = 1
+#: None of the CUDA libraries loads (2 is argparse's, for a usage error).
+EXIT_NO_LIBRARY = 3
+
+#: Exit status -> what it means, as ``--help`` prints it.  A script tells "nothing installed"
+#: (3) from "installed but broken" (1) without reading the report.
+EXIT_STATUSES = {
+    EXIT_OK: "everything found works (the self-check is skipped without a GPU)",
+    EXIT_FAILED: "a device or a self-check failed",
+    2: "usage error (an unknown option)",
+    EXIT_NO_LIBRARY: "no CUDA library (NVRTC, cuBLAS, cuBLASLt, cuDNN, NCCL) could be loaded",
+}
 
 
 def _pkg_version(name: str) -> str:
@@ -24,59 +38,6 @@ def _pkg_version(name: str) -> str:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
-
-
-# Library -> the NVIDIA wheel that ships it, for CUDA 13 and CUDA 12 (the ``cu13`` and
-# ``cu12`` extras of pyproject.toml install exactly these).
-_WHEELS = {
-    "nvrtc": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"),
-    "cublas": ("nvidia-cublas", "nvidia-cublas-cu12"),
-    "cublasLt": ("nvidia-cublas", "nvidia-cublas-cu12"),
-    "cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
-    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
-}
-
-
-def checkout_root() -> str | None:
-    """The source checkout cudalibs runs from (a pyproject.toml naming it beside the package),
-    or None for an installed copy."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return root if 'name = "cudalibs"' in text else None
-
-
-def _editable_install_of(root: str) -> bool:
-    """Whether the installed cudalibs distribution is ``pip install -e`` of checkout ``root``."""
-    try:
-        info = json.loads(importlib.metadata.distribution("cudalibs").read_text(
-            "direct_url.json") or "{}")
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        return False
-    return (bool(info.get("dir_info", {}).get("editable"))
-            and info.get("url", "").rstrip("/") == pathlib.Path(root).as_uri())
-
-
-def install_hint(library: str) -> str | None:
-    """The command that installs ``library`` (``"cublas"``) for this copy of cudalibs, or None
-    for a library no pip wheel provides.
-
-    From a checkout: its own extras, ``pip install ".[cu13]"`` (``-e`` when the checkout is
-    installed editable), run in the checkout.  Otherwise the NVIDIA wheel itself: the extras
-    belong to the cudalibs project, which the package index does not have.
-    """
-    if library not in _WHEELS:
-        return None
-    cu13, cu12 = _WHEELS[library]
-    root = checkout_root()
-    if root is not None:
-        flag = "-e " if _editable_install_of(root) else ""
-        return (f'pip install {flag}".[cu13]" in {root} (".[cu12]" for a CUDA 12 driver), '
-                f"which installs {cu13}")
-    return f"pip install {cu13} (or {cu12} for a CUDA 12 driver)"
 
 
 def _library_versions() -> dict:
@@ -87,22 +48,26 @@ def _library_versions() -> dict:
     def dotted(t):
         return ".".join(str(x) for x in t)
 
-    def lt():
-        v = cublas.lt_version()
-        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
-
     return {
         "nvrtc": lambda: dotted(nvrtc.version()),
         "cublas": lambda: dotted(cublas.version()),
-        "cublasLt": lt,
-        "cudnn": lambda: dotted(cudnn.version_tuple()),
-        "nccl": lambda: dotted(nccl.version_tuple()),
+        "cublasLt": lambda: dotted(cublas.lt_version()),
+        "cudnn": lambda: dotted(cudnn.version()),
+        "nccl": lambda: dotted(nccl.version()),
     }
 
 
-def report(out=sys.stdout) -> bool:
-    """Print the environment report and run the self-check; return whether all passed."""
-    from . import __version__, _loader
+def report(out=sys.stdout) -> int:
+    """Print the environment report and run the self-check.
+
+    Returns
+    -------
+    int
+        The exit status, one of :data:`EXIT_STATUSES`: :data:`EXIT_NO_LIBRARY` when no
+        library loads, else :data:`EXIT_FAILED` when a device or a self-check failed, else
+        :data:`EXIT_OK`.
+    """
+    from . import _loader
     from .driver import _core
     from .driver.device import Device, device_count
     from .errors import CudaLibsError, LibraryNotFoundError
@@ -142,32 +107,37 @@ def report(out=sys.stdout) -> bool:
             w(f"  {i}: error: {exc}\n")
 
     w("libraries:\n")
+    usable = 0
     for name, version in _library_versions().items():
         try:
             v = version()
+            usable += 1
             info = _loader.loaded().get(name)
             origin, path = (info.origin, info.path) if info else ("(loaded)", "")
             w(f"  {name:<9} {v:<10} {origin:<15} {path}\n")
         except LibraryNotFoundError as exc:
             w(f"  {name:<9} not available: {str(exc).splitlines()[0]}\n")
-            # A CUDALIBS_<NAME>_PATH that does not load is fixed there, not by installing.
-            override = _env.library_path(_loader.env_var(exc.library))
-            hint = (None if override else install_hint(exc.library)) or exc.hint
-            if hint:
-                w(f"            {hint}\n")
+            # The loader's own hint (install_hint, or how to fix a CUDALIBS_<NAME>_PATH
+            # that does not load), so that the report and the error say the same.
+            if exc.hint:
+                w(f"            {exc.hint}\n")
         except CudaLibsError as exc:
             w(f"  {name:<9} not available: {str(exc).splitlines()[0]}\n")
 
+    if not usable:
+        w("no CUDA library could be loaded: install them (see above) or fix the "
+          "CUDALIBS_<NAME>_PATH variables\n")
+        return EXIT_NO_LIBRARY
     if n == 0:
         w("self-check: skipped (no GPU)\n")
-        return ok
+        return EXIT_OK if ok else EXIT_FAILED
     from ._selfcheck import run
 
     w("self-check:\n")
     for name, passed, detail in run():
         w(f"  {name:<28} {'ok' if passed else 'FAILED'}  {detail}\n")
         ok = ok and passed
-    return ok
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def main(argv=None) -> int:
@@ -181,9 +151,11 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="environment variables:\n" + "".join(
             f"  {name}\n      {what}\n" for name, what in _env.VARIABLES.items())
-        + "\nExit status: 0 when everything found works, 1 when a self-check fails.")
+        + "\nexit status:\n" + "".join(
+            f"  {status}  {what}\n" for status, what in EXIT_STATUSES.items()))
+    parser.add_argument("--version", action="version", version=f"cudalibs {__version__}")
     parser.parse_args(argv)
-    return 0 if report() else 1
+    return report()
 
 
 if __name__ == "__main__":

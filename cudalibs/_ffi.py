@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import warnings
 import weakref
 from typing import Any, NamedTuple, Sequence
 
@@ -26,7 +27,7 @@ __all__ = ["Proto", "Resource", "OwnedHandle", "defer", "capture_open",
            "begin_capture_block", "end_capture_block", "holds_capture_block",
            "thread_capturing", "refuse_in_capture",
            "register_context_setter", "BoundLibrary", "LazyLibrary", "bind", "make_raiser",
-           "opaque_handle", "property_version"]
+           "opaque_handle", "property_version", "encoded_version", "renamed"]
 
 
 class Proto(NamedTuple):
@@ -255,6 +256,43 @@ def property_version(get_property, raise_for, function: str) -> tuple[int, int, 
             raise_for(st, function)
         parts.append(value.value)
     return tuple(parts)
+
+
+def encoded_version(code: int, scale: int = 10000) -> tuple[int, int, int]:
+    """``(major, minor, patch)`` of a version the library encodes as one integer,
+    ``major * scale + minor * 100 + patch`` (``scale`` 10000 for cuBLASLt, cuDNN 9, NCCL 2.9
+    on; ``130100`` is 13.1.0)."""
+    code = int(code)
+    return code // scale, code % scale // 100, code % 100
+
+
+def renamed(func, old: str, new: str):
+    """``func`` under the name it had before, ``old``: the same call, which warns
+    (``DeprecationWarning``) that ``new`` is its name now.
+
+    Parameters
+    ----------
+    func : callable
+        What the old name calls.
+    old, new : str
+        The old and the new spelling, as a user would write them (``"cudnn.version_tuple()"``).
+
+    Returns
+    -------
+    callable
+        The deprecated alias, with a docstring that says what replaces it.
+    """
+    def alias(*args, **kwargs):
+        warnings.warn(f"{old} is deprecated: use {new}, which is the same", DeprecationWarning,
+                      stacklevel=2)
+        return func(*args, **kwargs)
+
+    alias.__name__ = alias.__qualname__ = old.split("(")[0].rsplit(".", 1)[-1]
+    alias.__module__ = func.__module__
+    alias.__doc__ = (f"Deprecated: the same as ``{new}``, which replaces it.\n\n"
+                     f"Calling it warns (``DeprecationWarning``); see ``{new}`` for the "
+                     "parameters and the result.\n")
+    return alias
 
 
 # -- lifetime ----------------------------------------------------------------------------------

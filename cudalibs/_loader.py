@@ -26,37 +26,89 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import importlib.metadata
+import json
 import os
+import pathlib
 import threading
 import warnings
 
 from . import _env
 from .errors import LibraryNotFoundError
 
-__all__ = ["LibraryInfo", "LIBRARIES", "load", "loaded", "env_var", "mapped_path"]
+__all__ = ["LibraryInfo", "LIBRARIES", "WHEELS", "load", "loaded", "env_var", "mapped_path",
+           "install_hint", "checkout_root"]
 
 
 @dataclasses.dataclass(frozen=True)
 class _Spec:
     pathfinder: str | None  # name cuda.pathfinder knows, or None for the driver
     sonames: tuple[str, ...]
-    install: str
+    install: str | None = None  # what to install; None: the wheel, as install_hint() says
 
 
 LIBRARIES: dict[str, _Spec] = {
     "cuda": _Spec(None, ("libcuda.so.1", "libcuda.so"),
                   "install the NVIDIA driver (libcuda ships with it, not with pip wheels)"),
-    "nvrtc": _Spec("nvrtc", ("libnvrtc.so.13", "libnvrtc.so.12"),
-                   "pip install 'cudalibs[cu13]' (nvidia-cuda-nvrtc) or 'cudalibs[cu12]'"),
-    "cublas": _Spec("cublas", ("libcublas.so.13", "libcublas.so.12"),
-                    "pip install 'cudalibs[cu13]' (nvidia-cublas) or 'cudalibs[cu12]'"),
-    "cublasLt": _Spec("cublasLt", ("libcublasLt.so.13", "libcublasLt.so.12"),
-                      "pip install 'cudalibs[cu13]' (nvidia-cublas) or 'cudalibs[cu12]'"),
-    "cudnn": _Spec("cudnn", ("libcudnn.so.9",),
-                   "pip install 'cudalibs[cu13]' (nvidia-cudnn-cu13) or 'cudalibs[cu12]'"),
-    "nccl": _Spec("nccl", ("libnccl.so.2",),
-                  "pip install 'cudalibs[cu13]' (nvidia-nccl-cu13) or 'cudalibs[cu12]'"),
+    "nvrtc": _Spec("nvrtc", ("libnvrtc.so.13", "libnvrtc.so.12")),
+    "cublas": _Spec("cublas", ("libcublas.so.13", "libcublas.so.12")),
+    "cublasLt": _Spec("cublasLt", ("libcublasLt.so.13", "libcublasLt.so.12")),
+    "cudnn": _Spec("cudnn", ("libcudnn.so.9",)),
+    "nccl": _Spec("nccl", ("libnccl.so.2",)),
 }
+
+#: Library -> the NVIDIA wheel that ships it, for CUDA 13 and for CUDA 12 (the ``cu13`` and
+#: ``cu12`` extras of pyproject.toml install exactly these).
+WHEELS = {
+    "nvrtc": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"),
+    "cublas": ("nvidia-cublas", "nvidia-cublas-cu12"),
+    "cublasLt": ("nvidia-cublas", "nvidia-cublas-cu12"),
+    "cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
+    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+}
+
+
+def checkout_root() -> str | None:
+    """The source checkout cudalibs runs from (a pyproject.toml naming it beside the package),
+    or None for an installed copy."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return root if 'name = "cudalibs"' in text else None
+
+
+def _editable_install_of(root: str) -> bool:
+    """Whether the installed cudalibs distribution is ``pip install -e`` of checkout ``root``."""
+    try:
+        info = json.loads(importlib.metadata.distribution("cudalibs").read_text(
+            "direct_url.json") or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return (bool(info.get("dir_info", {}).get("editable"))
+            and info.get("url", "").rstrip("/") == pathlib.Path(root).as_uri())
+
+
+def install_hint(library: str) -> str | None:
+    """The command that installs ``library`` (``"cublas"``) for this copy of cudalibs, or None
+    for a library no pip wheel provides: the hint of the error raised when it cannot be
+    loaded, which ``python -m cudalibs`` shows too.
+
+    From a checkout: its own extras, ``pip install ".[cu13]"`` (``-e`` when the checkout is
+    installed editable), run in the checkout.  Otherwise the NVIDIA wheel itself: the extras
+    belong to the cudalibs project, which the package index does not have.
+    """
+    if library not in WHEELS:
+        return None
+    cu13, cu12 = WHEELS[library]
+    root = checkout_root()
+    if root is not None:
+        flag = "-e " if _editable_install_of(root) else ""
+        return (f'pip install {flag}".[cu13]" in {root} (".[cu12]" for a CUDA 12 driver), '
+                f"which installs {cu13}")
+    return f"pip install {cu13} (or {cu12} for a CUDA 12 driver)"
 
 # How cuda.pathfinder's ``found_via`` reads in our report.
 _ORIGINS = {
@@ -275,7 +327,7 @@ def _load_uncached(name: str) -> tuple[ctypes.CDLL, LibraryInfo]:
     # Without pathfinder, the system loader is the last resort.
     hit = _try_sonames(name, spec, tried, "system")
     if hit is None:
-        raise LibraryNotFoundError(name, tried, spec.install)
+        raise LibraryNotFoundError(name, tried, spec.install or install_hint(name) or "")
     return hit
 
 

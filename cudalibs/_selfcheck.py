@@ -61,7 +61,7 @@ def _conv() -> str:
         dx, dw = to_device(x, device=dev, stream=s), to_device(w, device=dev, stream=s)
         y = cudnn.conv_forward(dx, dw, stride=(2, 1), padding=1, groups=2, stream=s).get(stream=s)
     assert_close(y, ref.conv_forward(x, w, (2, 1), 1, 1, 2), np.float32)
-    return f"cuDNN {'.'.join(map(str, cudnn.version_tuple()))} grouped strided conv vs numpy"
+    return f"cuDNN {'.'.join(map(str, cudnn.version()))} grouped strided conv vs numpy"
 
 
 def _attention() -> str:

@@ -18,8 +18,8 @@ try:
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency; keep numpy types usable
     _ml = None
 
-__all__ = ["DType", "TABLE", "lookup", "bfloat16", "float8_e4m3fn", "float8_e5m2",
-           "CUDA_R", "COMPUTE", "CUDNN", "NCCL", "DLPACK"]
+__all__ = ["DType", "TABLE", "lookup", "from_dlpack_code", "from_typestr", "bfloat16",
+           "float8_e4m3fn", "float8_e5m2", "CUDA_R", "COMPUTE", "CUDNN", "NCCL", "DLPACK"]
 
 # cudaDataType_t (library_types.h)
 CUDA_R = dict(R_16F=2, C_16F=6, R_16BF=14, C_16BF=15, R_32F=0, C_32F=4, R_64F=1, C_64F=5,
@@ -110,8 +110,11 @@ TABLE: dict[np.dtype, DType] = _rows()
 _BY_DLPACK = {row.dlpack: row for row in TABLE.values()}
 
 
-def lookup(dtype) -> DType:
+def lookup(dtype, what: str = "dtype") -> DType:
     """The :class:`DType` row for anything ``numpy.dtype()`` accepts (or a ``DType``).
+
+    ``what`` names the argument in messages, as the caller's own messages do
+    (``"view: dtype"``).
 
     Raises
     ------
@@ -123,24 +126,40 @@ def lookup(dtype) -> DType:
     if isinstance(dtype, DType):
         return dtype
     if dtype is None:
-        raise TypeError("dtype is None: pass an element type such as numpy.float32 (None is "
+        raise TypeError(f"{what} is None: pass an element type such as numpy.float32 (None is "
                         "not taken to mean float64 here, as numpy.dtype(None) would)")
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{dtype!r} is not a numpy dtype") from None
+        raise TypeError(f"{what} {dtype!r} is not a numpy dtype") from None
     row = TABLE.get(dt)
     if row is None:
         if dt.byteorder not in "=|" and dt.newbyteorder("=") in TABLE:
-            raise TypeError(f"dtype {dt!r} has non-native byte order; convert with "
+            raise TypeError(f"{what} {dt!r} has non-native byte order; convert with "
                             f"astype({dt.newbyteorder('=')!r}) first")
-        raise TypeError(f"dtype {dt} is not supported; supported: "
+        raise TypeError(f"{what} {dt} is not supported; supported: "
                         f"{', '.join(sorted(r.name for r in TABLE.values()))}")
     return row
 
 
 def from_dlpack_code(code: int, bits: int, lanes: int = 1) -> DType:
-    """The row for a DLPack ``(code, bits, lanes)`` triple."""
+    """The row for a DLPack ``(code, bits, lanes)`` triple.
+
+    Parameters
+    ----------
+    code, bits, lanes : int
+        ``DLDataType``'s type code (``kDLFloat`` 2, ``kDLBfloat`` 4, ...), width and lanes.
+
+    Returns
+    -------
+    DType
+        The row of :data:`TABLE` whose ``dlpack`` pair is ``(code, bits)``.
+
+    Raises
+    ------
+    TypeError
+        A vector type (``lanes != 1``) or a type with no row here.
+    """
     if lanes != 1:
         raise TypeError(f"DLPack vector types (lanes={lanes}) are not supported")
     row = _BY_DLPACK.get((code, bits))
@@ -150,9 +169,31 @@ def from_dlpack_code(code: int, bits: int, lanes: int = 1) -> DType:
 
 
 def from_typestr(typestr: str) -> DType:
-    """The row for a ``__cuda_array_interface__`` typestr such as ``"<f4"``."""
+    """The row for a ``__cuda_array_interface__`` typestr such as ``"<f4"``.
+
+    Parameters
+    ----------
+    typestr : str
+        The interface's ``typestr``.
+
+    Returns
+    -------
+    DType
+        What :func:`lookup` gives for ``numpy.dtype(typestr)``.
+
+    Raises
+    ------
+    TypeError
+        ``"<V2"``, which a producer uses for bfloat16 and float16 alike, or a type with no row.
+    """
     if typestr[1:] == "V2" or typestr == "|V2":
         # CAI has no bfloat16 code; producers (torch) export it as 2-byte void.
         raise TypeError("2-byte void typestr is ambiguous (bfloat16 or float16?); "
                         "exchange bfloat16 arrays through DLPack instead")
     return lookup(np.dtype(typestr))
+
+
+def __dir__() -> list[str]:
+    """The public names (:data:`__all__`) and the module's dunders: tab completion offers
+    what this module is for, not the modules it imports (``np``, ``dataclasses``)."""
+    return sorted(set(__all__) | {n for n in globals() if n.startswith("__") and n.endswith("__")})

@@ -59,9 +59,14 @@ class LibraryNotFoundError(CudaLibsError):
         self.tried = tuple(tried)
         self.hint = hint
         lines = [f"cannot load the {library} library"]
-        lines += [f"  tried {t}" for t in self.tried]
-        if hint:
-            lines.append(f"  {hint}")
+        for t in self.tried:
+            # A reason may end in a newline or span lines (cuda.pathfinder's do): its first
+            # line follows "tried", the others are indented under it, blank ones dropped.
+            first, *more = [line.strip() for line in str(t).splitlines() if line.strip()] or [""]
+            lines.append(f"  tried {first}")
+            lines += [f"    {line}" for line in more]
+        if hint and hint.strip():
+            lines.append(f"  {hint.strip()}")
         super().__init__("\n".join(lines))
 
     def __reduce__(self):

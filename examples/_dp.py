@@ -66,8 +66,8 @@ import cudalibs as cl  # noqa: E402
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "FIRST_BUCKET_BYTES", "ALIGN", "Bucket", "layout",
            "plan_buckets", "FlatBuffer", "GradSync", "Rank", "launch", "spawn_ranks", "train",
-           "add_arguments", "main", "report", "state_digest", "max_rel_diff", "copy_state",
-           "Reference", "RankError"]
+           "gpu_shortage", "add_arguments", "main", "report", "state_digest", "max_rel_diff",
+           "copy_state", "Reference", "RankError"]
 
 #: DistributedDataParallel's bucket size (``bucket_cap_mb=25``) and first-bucket size.
 DEFAULT_BUCKET_BYTES = 25 << 20
@@ -774,19 +774,44 @@ def spawn_ranks(body, world: int, args=(), *, timeout: float | None = None) -> l
 
 
 # -- the examples' command line ----------------------------------------------------------------
+def gpu_shortage(script: str, gpus: int = 1) -> str | None:
+    """The one line an example prints before exiting with status 2 when it cannot run here.
+
+    Parameters
+    ----------
+    script : str
+        The example's name, which starts the line.
+    gpus : int
+        How many GPUs it needs.
+
+    Returns
+    -------
+    str or None
+        What is missing (the driver, a usable GPU, or enough of them), or None when ``gpus``
+        GPUs are usable.
+    """
+    reason = cl.unavailable_reason()
+    if reason is None and cl.device_count() < gpus:
+        reason = f"{cl.device_count()} visible"
+    if reason is None:
+        return None
+    return f"{script}: needs {'a GPU' if gpus == 1 else f'{gpus} GPUs'}: {reason}"
+
+
 def add_arguments(parser, rtol: float) -> None:
     """The data-parallel options of an example's command line."""
     g = parser.add_argument_group("data parallel")
     g.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="train data-parallel on N GPUs, one process each (N=1: one rank in "
-                   "this process); --batch is the combined batch, split evenly")
+                   "this process; None: one GPU without the data-parallel machinery); "
+                   "--batch is the combined batch, split evenly")
     g.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_BYTES / 2**20,
-                   help="gradient bucket size in MiB (default 25)")
+                   help="gradient bucket size in MiB")
     g.add_argument("--no-check", action="store_true",
                    help="skip the checks after every step (ranks identical, equal to the "
                    "one-GPU reference)")
     g.add_argument("--rtol", type=float, default=rtol,
-                   help=f"allowed relative difference from the reference (default {rtol:g})")
+                   help="allowed relative difference from the reference")
 
 
 def bucket_bytes(opts: dict) -> int:
@@ -805,8 +830,9 @@ def main(entry, opts: dict) -> int:
     if world < 1:
         print(f"--gpus must be >= 1, got {world}")
         return 2
-    if cl.device_count() < world:
-        print(f"data parallel: needs {world} GPUs, {cl.device_count()} visible")
+    shortage = gpu_shortage("data parallel", world)
+    if shortage is not None:
+        print(shortage)
         return 2
     try:
         results = launch(entry, world, (opts,))

@@ -641,17 +641,19 @@ def dp_rank(ctx, opts: dict) -> dict:
 def arg_parser() -> argparse.ArgumentParser:
     """The command line of :func:`main` (``vars(arg_parser().parse_args([...]))`` gives the
     options a data-parallel rank takes)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch", type=int, default=64)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=12, help="passes over the training set")
+    parser.add_argument("--batch", type=int, default=64, help="images per step")
     parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate (cosine decay)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="initial weights and batch order")
     parser.add_argument("--graph", action="store_true",
                         help="capture one training step as a CUDA graph and replay it")
     parser.add_argument("--synthetic", action="store_true",
                         help="use the generated data set even when scikit-learn is installed")
     parser.add_argument("--plot", nargs="?", const="cnn_train_loss.png", default=None,
-                        metavar="PNG", help="write the loss curve (default cnn_train_loss.png)")
+                        metavar="PNG", help="write the loss curve to PNG (%(const)s when PNG "
+                        "is left out; default: %(default)s, no plot)")
     parser.add_argument("--target", type=float, default=TARGET_ACCURACY,
                         help="test accuracy to reach (exit status 1 otherwise)")
     _dp.add_arguments(parser, rtol=1e-5)
@@ -663,8 +665,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.gpus is not None:
         return _dp.main(dp_rank, vars(args))
-    if cl.device_count() < 1:
-        print("cnn_train: needs a GPU, 0 visible")
+    shortage = _dp.gpu_shortage("cnn_train")
+    if shortage is not None:
+        print(shortage)
         return 2
 
     data = load_data(args.seed, args.synthetic)

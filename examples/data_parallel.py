@@ -47,6 +47,11 @@ import numpy as np  # noqa: E402
 import cudalibs as cl  # noqa: E402
 from cudalibs import nccl  # noqa: E402
 
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:   # the examples' shared module sits beside this file
+    sys.path.insert(0, _HERE)
+import _dp  # noqa: E402
+
 
 class MLP:
     """Weights and one training step of the two-layer perceptron, on one GPU."""
@@ -127,15 +132,17 @@ def rel_error(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=10)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10, help="training steps")
     ap.add_argument("--batch", type=int, default=64, help="combined batch (even)")
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     ap.add_argument("--rtol", type=float, default=1e-5,
                     help="allowed norm-wise difference from the single-GPU run")
     args = ap.parse_args(argv)
-    if cl.device_count() < 2:
-        print(f"data_parallel: needs two GPUs, {cl.device_count()} visible")
+    shortage = _dp.gpu_shortage("data_parallel", 2)
+    if shortage is not None:
+        print(shortage)
         return 2
     if args.batch % 2:
         ap.error("--batch must be even")

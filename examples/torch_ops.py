@@ -72,9 +72,10 @@ and convolutions in full float32 unless asked otherwise.  Run::
     PYTHONPATH=. python examples/torch_ops.py [--steps 10] [--graph] [--model both]
 
 It prints a line every few steps and a final comparison per model; the exit status is 1 if
-a model misses its tolerance (or a graph capture is refused), 2 without a GPU.  On an H100 a
-training step of the transformer block takes about 5.8 ms eagerly and 0.65 ms replayed, of
-the conv net 2.3 ms and 0.3 ms; the replayed steps equal the eager ones bit for bit.
+a model misses its tolerance (or a graph capture is refused), 2 without a GPU or PyTorch.
+On an H100 a training step of the transformer block takes about 5.8 ms eagerly and 0.65 ms
+replayed, of the conv net 2.3 ms and 0.3 ms; the replayed steps equal the eager ones bit for
+bit.
 """
 
 from __future__ import annotations
@@ -88,12 +89,31 @@ from pathlib import Path
 if not __package__:  # run as a script from a checkout: use this checkout's cudalibs
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+
+def arg_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--steps", type=int, default=10, help="training steps per model")
+    p.add_argument("--graph", action="store_true",
+                   help="replay the cudalibs model's training step from a CUDA graph "
+                   "captured with torch.cuda.graph (after 3 eager warm-up steps)")
+    p.add_argument("--model", choices=("transformer", "conv", "both"), default="both",
+                   help="which model to train and compare")
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
+    p.add_argument("--seed", type=int, default=0, help="initial weights and batches")
+    p.add_argument("--every", type=int, default=2, help="steps between progress lines")
+    return p
+
+
 try:
     import torch
     import torch.nn.functional as F
     from torch import nn
 except ImportError as _exc:  # the adapter is for PyTorch: say so in one line as a script
     if __name__ == "__main__":
+        # The command line first, so that --help and a wrong option answer without PyTorch.
+        arg_parser().parse_args()
         print(f"torch_ops: needs PyTorch ({_exc})")
         sys.exit(2)
     raise
@@ -960,25 +980,9 @@ def run_model(kind: str, steps: int, *, graph: bool = False, seed: int = 0, lr: 
     return result
 
 
-def arg_parser() -> argparse.ArgumentParser:
-    """The command line of :func:`main`."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--steps", type=int, default=10, help="training steps per model")
-    p.add_argument("--graph", action="store_true",
-                   help="replay the cudalibs model's training step from a CUDA graph "
-                   "captured with torch.cuda.graph (after 3 eager warm-up steps)")
-    p.add_argument("--model", choices=("transformer", "conv", "both"), default="both",
-                   help="which model to train and compare")
-    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
-    p.add_argument("--seed", type=int, default=0, help="initial weights and batches")
-    p.add_argument("--every", type=int, default=2, help="steps between progress lines")
-    return p
-
-
 def main(argv=None) -> int:
     """Train and compare (see the module docstring); the exit status: 0 when every model
-    matches PyTorch within :data:`TOLERANCES`, 1 otherwise, 2 without a GPU."""
+    matches PyTorch within :data:`TOLERANCES`, 1 otherwise, 2 without a GPU (or PyTorch)."""
     parser = arg_parser()
     args = parser.parse_args(argv)
     if args.steps < 2:

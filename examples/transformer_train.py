@@ -725,19 +725,20 @@ def dp_rank(ctx, opts: dict) -> dict:
 def arg_parser() -> argparse.ArgumentParser:
     """The command line of :func:`main` (``vars(arg_parser().parse_args([...]))`` gives the
     options a data-parallel rank takes)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--batch", type=int, default=Config.batch)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--steps", type=int, default=400, help="training steps")
+    parser.add_argument("--batch", type=int, default=Config.batch, help="sequences per step")
     parser.add_argument("--lr", type=float, default=Config.lr, help="peak learning rate")
-    parser.add_argument("--layers", type=int, default=Config.layers)
-    parser.add_argument("--d-model", type=int, default=Config.d_model)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=Config.layers, help="transformer blocks")
+    parser.add_argument("--d-model", type=int, default=Config.d_model, help="model width")
+    parser.add_argument("--seed", type=int, default=0, help="initial weights and batches")
     parser.add_argument("--every", type=int, default=50, help="steps between progress lines")
     parser.add_argument("--graph", action="store_true",
                         help="capture one training step as a CUDA graph and replay it")
     parser.add_argument("--plot", nargs="?", const="transformer_train_loss.png", default=None,
-                        metavar="PNG", help="write the loss curve (default "
-                        "transformer_train_loss.png)")
+                        metavar="PNG", help="write the loss curve to PNG (%(const)s when PNG "
+                        "is left out; default: %(default)s, no plot)")
     parser.add_argument("--target", type=float, default=TARGET_LOSS,
                         help=f"mean loss of the last {TARGET_WINDOW} steps to get below "
                         "(exit status 1 otherwise)")
@@ -752,8 +753,9 @@ def main(argv=None) -> int:
         parser.error("--steps must be >= 1")
     if args.gpus is not None:
         return _dp.main(dp_rank, vars(args))
-    if cl.device_count() < 1:
-        print("transformer_train: needs a GPU, 0 visible")
+    shortage = _dp.gpu_shortage("transformer_train")
+    if shortage is not None:
+        print(shortage)
         return 2
     cfg = _config(vars(args))
     model = build(cfg, args.seed)

@@ -1,21 +1,28 @@
 """Settings shared by both test tiers; GPU fixtures live in tests/gpu/conftest.py.
 
-Besides the hypothesis profiles, one rule for the whole suite: a test that fails only because
-cuDNN could not load a sublibrary of its own that links ``libcuda.so.1`` is skipped, with that
-reason, on a machine without the NVIDIA driver (cuDNN 9.28's runtime-compiled engines link the
-driver, so finalizing a descriptor there fails before any GPU work).  The skip needs all three:
-cuDNN's status ``CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED``, ``libcuda.so.1`` failing to load
-here, and a sublibrary beside the loaded libcudnn that names ``libcuda.so.1`` among its ELF
-dependencies.  Where libcuda loads, the same tests run and their failures are failures.
+Besides the hypothesis profiles, two rules keep a run from depending on what an earlier one
+left behind or on luck (the CPU tier's tests that finalize cuDNN backend descriptors, which
+cuDNN 9.28 cannot do without the NVIDIA driver, are marked and skipped in tests/cpu/conftest.py):
+
+* cudalibs' on-disk state -- the tuning store and the compiled-kernel cache -- lives in a
+  private temporary directory made for this run (``CUDALIBS_CACHE_DIR`` and
+  ``CUDALIBS_TUNING_CACHE`` point there, for subprocesses too, and it is removed at the end).
+  Under the user's ``~/.cache/cudalibs`` a stored tuning record would answer instead of the
+  timer, and a test of the timing path would pass without timing anything.
+* The ``rng`` fixture's generator is seeded from the run's seed (``CUDALIBS_TEST_SEED``: an
+  integer, default 0, or ``random`` for a fresh one) and the test's id, with a hash that is the
+  same in every process; the header shows the run's seed and a failing test its own, so that
+  ``CUDALIBS_TEST_SEED=<seed> pytest <test id>`` replays it.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import glob
+import hashlib
 import os
-import struct
+import secrets
+import shutil
+import sys
+import tempfile
 
 import pytest
 from hypothesis import Phase, settings
@@ -32,133 +39,120 @@ settings.register_profile("triage", deadline=None, max_examples=15,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-LIBCUDA = "libcuda.so.1"
-# cudnnStatus_t CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (cudnn_graph.h)
-_SUBLIBRARY_LOADING_FAILED = 1008
+
+# -- the run's own caches ---------------------------------------------------------------------
+#: ``{variable: file or directory below the run's cache directory}``: with both set, nothing
+#: cudalibs reads (``XDG_CACHE_HOME``, ``HOME``) can lead its caches elsewhere.
+CACHE_VARIABLES = {"CUDALIBS_CACHE_DIR": "", "CUDALIBS_TUNING_CACHE": "tuning.json"}
+_CACHE_ROOT = pytest.StashKey[str]()
+_SAVED_ENV = pytest.StashKey[dict]()
 
 
-@functools.lru_cache(maxsize=None)
-def libcuda_missing() -> str | None:
-    """Why the dynamic loader cannot open ``libcuda.so.1`` here, or ``None`` when it can.
+def _cache_environment(root: str) -> dict[str, str]:
+    return {var: os.path.join(root, below) if below else root
+            for var, below in CACHE_VARIABLES.items()}
 
-    The same lookup a library that links the driver makes (by soname, through the loader's
-    search path), not cudalibs' own search, which an environment variable can redirect.
-    """
+
+# -- seeds ------------------------------------------------------------------------------------
+#: The variable that sets the run's seed: an integer in [0, 2**32), or ``random``.
+SEED_VARIABLE = "CUDALIBS_TEST_SEED"
+_RUN_SEED = pytest.StashKey[int]()
+_TEST_SEED = pytest.StashKey[int]()
+
+
+def _run_seed() -> int:
+    value = os.environ.get(SEED_VARIABLE, "").strip()
+    if not value:
+        return 0
+    if value.lower() == "random":
+        seed = secrets.randbelow(2**32)
+        # Processes started from here (pytest-xdist workers, tests' subprocesses) draw the
+        # same seed instead of one each.
+        os.environ[SEED_VARIABLE] = str(seed)
+        return seed
     try:
-        ctypes.CDLL(LIBCUDA)
-    except OSError as exc:
-        return str(exc)
-    return None
+        seed = int(value, 0)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < 2**32:
+        raise pytest.UsageError(f"{SEED_VARIABLE}={value!r}: an integer in [0, 2**32) or "
+                                "'random' was expected")
+    return seed
 
 
-def elf_needed(path: str) -> list[str]:
-    """The ``DT_NEEDED`` entries (sonames a shared library links) of a 64-bit ELF file.
-
-    Reads only the program headers and the dynamic section, so it is cheap for libraries of
-    hundreds of megabytes.  An unreadable or non-ELF64 file gives an empty list.
-    """
-    try:
-        with open(path, "rb") as f:
-            ident = f.read(64)
-            if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2:
-                return []
-            end = "<" if ident[5] == 1 else ">"
-            phoff, = struct.unpack_from(end + "Q", ident, 32)
-            phentsize, phnum = struct.unpack_from(end + "HH", ident, 54)
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            loads, dynamic = [], None
-            for i in range(phnum):
-                p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
-                    end + "IIQQQQ", table, i * phentsize)
-                if p_type == 1:  # PT_LOAD
-                    loads.append((p_vaddr, p_offset, p_filesz))
-                elif p_type == 2:  # PT_DYNAMIC
-                    dynamic = (p_offset, p_filesz)
-            if dynamic is None:
-                return []
-            f.seek(dynamic[0])
-            raw = f.read(dynamic[1])
-            needed, strtab = [], None
-            for i in range(len(raw) // 16):
-                tag, val = struct.unpack_from(end + "qQ", raw, i * 16)
-                if tag == 0:  # DT_NULL
-                    break
-                if tag == 1:  # DT_NEEDED: an offset into the string table
-                    needed.append(val)
-                elif tag == 5:  # DT_STRTAB: its address, mapped to a file offset below
-                    strtab = val
-            if strtab is None:
-                return []
-            base = next((strtab - v + o for v, o, n in loads if v <= strtab < v + n), None)
-            if base is None:
-                return []
-            names = []
-            for off in needed:
-                f.seek(base + off)
-                names.append(f.read(256).split(b"\0", 1)[0].decode(errors="replace"))
-            return names
-    except (OSError, struct.error):
-        return []
+def seed_for_test(run_seed: int, nodeid: str) -> int:
+    """The ``rng`` seed of the test ``nodeid``: a digest of both (``hash()`` of a string
+    changes from process to process, so a failure it seeded could not be replayed)."""
+    digest = hashlib.sha256(f"{run_seed}:{nodeid}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
 
 
-def _loaded_cudnn_path(loader) -> str | None:
-    """Where the libcudnn in this process was loaded from: the loader's record, or -- when a
-    test reset the records after cuDNN was loaded -- the process's own memory map."""
-    info = loader.loaded().get("cudnn")
-    if info is not None and info.path:
-        return info.path
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1]
-                if os.path.basename(path).startswith("libcudnn.so"):
-                    return path
-    except OSError:
-        pass
-    return None
+def pytest_configure(config):
+    # What this sets in the environment is put back when the run ends (pytest.main may be
+    # called again in one process).
+    saved = {var: os.environ.get(var) for var in (*CACHE_VARIABLES, SEED_VARIABLE)}
+    config.stash[_RUN_SEED] = _run_seed()
+    # mkdtemp makes the directory with mode 0o700: the caches refuse one others can write.
+    root = tempfile.mkdtemp(prefix="cudalibs-tests-")
+    config.stash[_CACHE_ROOT] = root
+    config.stash[_SAVED_ENV] = saved
+    # Before any test imports cudalibs; its readers look at the environment on each use, so
+    # a store or cache directory chosen before this point is left by the next lookup.
+    os.environ.update(_cache_environment(root))
 
 
-def _cudnn_needs_missing_libcuda(exc: BaseException) -> str | None:
-    """The skip reason when ``exc`` is cuDNN failing to load a sublibrary for want of libcuda."""
-    try:
-        from cudalibs import _loader
-        from cudalibs.errors import CudnnError
-    except ImportError:
-        return None
-    if not isinstance(exc, CudnnError) or exc.status != _SUBLIBRARY_LOADING_FAILED:
-        return None
-    missing = libcuda_missing()
-    if missing is None:
-        return None
-    path = _loaded_cudnn_path(_loader)
-    if path is None:
-        return None
-    linking = sorted(os.path.basename(p)
-                     for p in glob.glob(os.path.join(os.path.dirname(path), "libcudnn*.so*"))
-                     if LIBCUDA in elf_needed(p))
-    if not linking:
-        return None
-    return (f"{exc.function}: CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED: cuDNN's "
-            f"{', '.join(linking)} links {LIBCUDA} (the NVIDIA driver), which cannot be loaded "
-            f"on this machine ({missing})")
+def pytest_unconfigure(config):
+    root = config.stash.get(_CACHE_ROOT, None)
+    if root is None:
+        return
+    tuning = sys.modules.get("cudalibs.runtime.tuning")
+    if tuning is not None:
+        # Records waiting for their batch are written now, not by an exit handler into a
+        # directory that is gone by then (which would make it again).
+        tuning.tuning_store().flush()
+    for var, value in config.stash[_SAVED_ENV].items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+    shutil.rmtree(root, ignore_errors=True)
 
 
-def _skip_if_cudnn_needs_libcuda():
-    try:
-        return (yield)
-    except Exception as exc:  # noqa: BLE001 - re-raised unless it is exactly that failure
-        reason = _cudnn_needs_missing_libcuda(exc)
-        if reason is None:
-            raise
-        pytest.skip(reason)
+def pytest_report_header(config):
+    return [f"{SEED_VARIABLE}={config.stash[_RUN_SEED]} (the rng fixture's seeds derive "
+            "from it and each test's id)",
+            f"cudalibs caches (tuning store, compiled kernels): {config.stash[_CACHE_ROOT]}"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cudalibs_caches(pytestconfig):
+    """The run's private cache directory, which the tuning store and the compiled-kernel cache
+    use for the whole run (tests that test those keep their own ``tmp_path`` ones)."""
+    root = pytestconfig.stash[_CACHE_ROOT]
+    # Something between configuration and the first test may have moved them: point them
+    # back (a no-op when nothing did).
+    os.environ.update(_cache_environment(root))
+    return root
+
+
+@pytest.fixture()
+def rng(request):
+    """A numpy Generator seeded from the run's seed and this test's id (see
+    :func:`seed_for_test`); a failing test's report shows the seed."""
+    import numpy as np
+
+    seed = seed_for_test(request.config.stash[_RUN_SEED], request.node.nodeid)
+    request.node.stash[_TEST_SEED] = seed
+    return np.random.default_rng(seed)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
-    return (yield from _skip_if_cudnn_needs_libcuda())
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    return (yield from _skip_if_cudnn_needs_libcuda())
+def pytest_runtest_makereport(item, call):
+    report = yield
+    seed = item.stash.get(_TEST_SEED, None)
+    if seed is not None and report.failed:
+        run = item.config.stash[_RUN_SEED]
+        report.sections.append(("rng seed", (
+            f"the rng fixture was numpy.random.default_rng({seed}); replay with "
+            f"{SEED_VARIABLE}={run} pytest '{item.nodeid}'")))
+    return report

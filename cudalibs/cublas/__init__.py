@@ -17,21 +17,23 @@ loaded separately and lazily); handles live in :mod:`cudalibs.cublas.handle`, on
 loads nothing.
 """
 
-from ._base import lt_version, version
+from ._base import lt_version, lt_version_int, version, version_int
 from .blas import axpy, dot, gemv, nrm2, scal
 from .batched import algo_cache, clear_algo_cache, gemm_batched, tune_gemm
 from .gemm import (GEMM_ALGOS, GEMM_KEY, SUPPORTED, GemmArgs, GemmPlan, gemm, gemm_args,
                    gemm_backend, gemm_strided_batched, set_gemm_backend)
 from .handle import WORKSPACE_BYTES, prepare, release_workspaces
 from .lt import Matmul
-from .matmul import MATMUL_KEY, clear_plan_cache, matmul, plan_cache
+from .matmul import (MATMUL_KEY, clear_matmul_cache, clear_plan_cache, matmul, matmul_cache,
+                     plan_cache)
 from .lt_desc import EPILOGUES, Epilogue, MatmulDesc, MatmulPreference, MatrixLayout
 
-__all__ = ["version", "lt_version",
+__all__ = ["version", "version_int", "lt_version", "lt_version_int",
            "gemm", "gemm_strided_batched", "gemm_batched", "tune_gemm", "algo_cache",
            "clear_algo_cache", "gemm_args", "GemmArgs", "SUPPORTED", "GEMM_ALGOS", "GemmPlan",
            "GEMM_KEY", "set_gemm_backend", "gemm_backend",
            "axpy", "scal", "dot", "nrm2", "gemv",
            "Matmul", "matmul", "MATMUL_KEY", "MatrixLayout", "MatmulDesc", "MatmulPreference",
-           "EPILOGUES", "Epilogue", "plan_cache", "clear_plan_cache", "WORKSPACE_BYTES",
+           "EPILOGUES", "Epilogue", "matmul_cache", "clear_matmul_cache", "plan_cache",
+           "clear_plan_cache", "WORKSPACE_BYTES",
            "prepare", "release_workspaces"]

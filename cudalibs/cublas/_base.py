@@ -10,7 +10,7 @@ from .. import _ffi
 from ..errors import CublasError
 from . import _lib
 
-__all__ = ["raise_for", "version", "lt_version"]
+__all__ = ["raise_for", "version", "version_int", "lt_version", "lt_version_int"]
 
 
 def _status_string(status: int) -> str:
@@ -27,6 +27,8 @@ def version() -> tuple[int, int, int]:
     """The version of the loaded cuBLAS library.
 
     Needs no GPU (``cublasGetProperty``, not ``cublasGetVersion_v2``, which takes a handle).
+    Every library's ``version()`` has this form (:func:`cudalibs.cudnn.version`,
+    :func:`cudalibs.nccl.version`, :func:`cudalibs.driver.nvrtc.version`).
 
     Returns
     -------
@@ -36,8 +38,31 @@ def version() -> tuple[int, int, int]:
     return _ffi.property_version(_lib.get().cublasGetProperty, raise_for, "cublasGetProperty")
 
 
-def lt_version() -> int:
-    """The version of the loaded cuBLASLt library, as one number.
+def version_int() -> int:
+    """The version of the loaded cuBLAS library as one number, as ``CUBLAS_VERSION`` encodes it.
+
+    Returns
+    -------
+    int
+        ``major * 10000 + minor * 100 + patch`` (``130100`` for 13.1.0).
+    """
+    major, minor, patch = version()
+    return major * 10000 + minor * 100 + patch
+
+
+def lt_version() -> tuple[int, int, int]:
+    """The version of the loaded cuBLASLt library.
+
+    Returns
+    -------
+    tuple of int
+        ``(major, minor, patch)``, for example ``(13, 1, 0)``.
+    """
+    return _ffi.encoded_version(lt_version_int())
+
+
+def lt_version_int() -> int:
+    """The version of the loaded cuBLASLt library as one number (``cublasLtGetVersion``).
 
     Returns
     -------

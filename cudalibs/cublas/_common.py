@@ -16,6 +16,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes as _dtypes
+from ..driver.args import int_tuple
+from ..driver.memory import check_nbytes
 from . import _lib
 
 __all__ = ["OP_N", "OP_T", "INT_MAX", "Combo", "SUPPORTED", "combo", "scalar", "GemmArgs",
@@ -212,6 +214,14 @@ def gemm_args(a_shape, a_strides, b_shape, b_strides, out_strides, itemsize: int
         The inner dimensions differ, or ``out`` has no unit stride in its last dimension or
         a row stride shorter than a row.
     """
+    what = "gemm_args: "
+    a_shape, a_strides, b_shape, b_strides = (
+        int_tuple(v, what + n, 2, scalar=False) for v, n in (
+            (a_shape, "a_shape"), (a_strides, "a_strides"), (b_shape, "b_shape"),
+            (b_strides, "b_strides")))
+    if out_strides is not None:
+        out_strides = int_tuple(out_strides, what + "out_strides", 2, scalar=False)
+    itemsize = check_nbytes(itemsize, what + "itemsize")
     (M, K), (K2, N) = a_shape, b_shape
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a_shape)}, b is {tuple(b_shape)}")

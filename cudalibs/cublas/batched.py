@@ -14,6 +14,7 @@ import ctypes
 import numpy as np
 
 from ..driver import _lib as _drv
+from ..driver.args import sequence
 from ..driver.array import byte_extent, empty, spans_overlap
 from ..driver.stream import as_stream
 from ..runtime.cache import cache
@@ -28,6 +29,13 @@ __all__ = ["gemm_batched", "tune_gemm", "algo_cache", "clear_algo_cache"]
 
 
 # -- pointer-array batches -------------------------------------------------------------------
+def _arrays(seq, name):
+    """Each array of a ``<name>_list`` argument of :func:`gemm_batched` through the one
+    operand path."""
+    seq = sequence(seq, f"gemm_batched: {name}_list", "arrays")
+    return [operand(x, name, "gemm_batched") for x in seq]
+
+
 def gemm_batched(a_list, b_list, out_list=None, *, alpha=1, beta=0, compute=None, algo=None,
                  stream=None):
     """Products of lists of matrices, ``out[i] = alpha * a[i] @ b[i] + beta * out[i]``.
@@ -49,14 +57,14 @@ def gemm_batched(a_list, b_list, out_list=None, *, alpha=1, beta=0, compute=None
     -------
     list of DeviceArray
     """
-    a_list = [operand(x, "a", "gemm_batched") for x in a_list]
-    b_list = [operand(x, "b", "gemm_batched") for x in b_list]
+    a_list = _arrays(a_list, "a")
+    b_list = _arrays(b_list, "b")
     if not a_list or len(a_list) != len(b_list):
         raise ValueError(f"gemm_batched needs equally long, non-empty lists; got {len(a_list)} "
                          f"and {len(b_list)}")
     n = len(a_list)
     if out_list is not None:
-        out_list = [operand(x, "out", "gemm_batched") for x in out_list]
+        out_list = _arrays(out_list, "out")
         if len(out_list) != n:
             raise ValueError(f"out_list has {len(out_list)} entries; expected {n}")
     if algo == "tuned":

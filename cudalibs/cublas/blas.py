@@ -29,38 +29,38 @@ __all__ = ["axpy", "scal", "dot", "nrm2", "gemv"]
 _R32F = _dtypes.CUDA_R["R_32F"]
 
 
-def _exec_type(dt: np.dtype) -> tuple[int, np.dtype]:
+def _exec_type(dt: np.dtype, op: str) -> tuple[int, np.dtype]:
     """(execution cudaDataType, scale numpy dtype) for level-1 calls on ``dt``."""
     row = _dtypes.lookup(dt)
     if dt.kind == "c" or dt in (np.float32, np.float64):
         return row.cuda, dt
     if dt == np.float16 or dt == _dtypes.bfloat16:
         return _R32F, np.dtype(np.float32)
-    raise ValueError(f"cuBLAS level 1 takes float16, bfloat16, float32, float64, complex64 or "
-                     f"complex128 vectors, not {dt}")
+    raise ValueError(f"{op}: x is {dt}; cuBLAS level 1 takes float16, bfloat16, float32, "
+                     "float64, complex64 or complex128 vectors")
 
 
-def _vector(x, what, op=None, written=False) -> tuple[DeviceArray, int]:
-    x = operand(x, what, op, written=written)
+def _vector(x, name, op, written=False) -> tuple[DeviceArray, int]:
+    x = operand(x, name, op, written=written)
     if x.ndim != 1:
-        raise ValueError(f"{what} must be 1-D, got shape {x.shape}")
+        raise ValueError(f"{op}: {name} must be 1-D, got shape {x.shape}")
     st = x.strides[0] if x.shape[0] > 1 else x.itemsize
     if st <= 0 or st % x.itemsize:
-        raise ValueError(f"{what} needs a positive stride that is a multiple of its item size "
-                         f"(got {st} bytes); copy it first")
+        raise ValueError(f"{op}: {name} needs a positive stride that is a multiple of its item "
+                         f"size (got {st} bytes); copy it first")
     if x.shape[0] > _INT_MAX or st // x.itemsize > _INT_MAX:
-        raise ValueError(f"{what} is too long for cuBLAS's 32-bit sizes")
+        raise ValueError(f"{op}: {name} is too long for cuBLAS's 32-bit sizes")
     return x, st // x.itemsize
 
 
-def _pair(x, y, write_y=False):
-    x, incx = _vector(x, "x")
-    y, incy = _vector(y, "y", written=write_y)
+def _pair(x, y, op, write_y=False):
+    x, incx = _vector(x, "x", op)
+    y, incy = _vector(y, "y", op, written=write_y)
     if x.shape != y.shape:
-        raise ValueError(f"x has shape {x.shape} but y has {y.shape}")
+        raise ValueError(f"{op}: x has shape {x.shape} but y has {y.shape}")
     if x.dtype != y.dtype:
-        raise ValueError(f"x is {x.dtype} but y is {y.dtype}")
-    check_device(y, x.device, "y")
+        raise ValueError(f"{op}: x is {x.dtype} but y is {y.dtype}")
+    check_device(y, x.device, "y", op)
     return x, incx, y, incy
 
 
@@ -72,9 +72,9 @@ def _handle(dev, stream):
 
 def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
     """``y += alpha * x`` in place (``cublasAxpyEx``); returns ``y``."""
-    x, incx, y, incy = _pair(x, y, write_y=True)
-    ex, scale = _exec_type(x.dtype)
-    a = _scalar(alpha, scale, "alpha")
+    x, incx, y, incy = _pair(x, y, "axpy", write_y=True)
+    ex, scale = _exec_type(x.dtype, "axpy")
+    a = _scalar(alpha, scale, "axpy: alpha")
     s, h = _handle(x.device, stream)
     t = _dtypes.lookup(x.dtype).cuda
     st = _lib.get().cublasAxpyEx(h, x.shape[0], ctypes.addressof(a), ex, x.address, t, incx,
@@ -86,9 +86,9 @@ def axpy(alpha, x, y, *, stream=None) -> DeviceArray:
 
 def scal(alpha, x, *, stream=None) -> DeviceArray:
     """``x *= alpha`` in place (``cublasScalEx``); returns ``x``."""
-    x, incx = _vector(x, "x", written=True)
-    ex, scale = _exec_type(x.dtype)
-    a = _scalar(alpha, scale, "alpha")
+    x, incx = _vector(x, "x", "scal", written=True)
+    ex, scale = _exec_type(x.dtype, "scal")
+    a = _scalar(alpha, scale, "scal: alpha")
     s, h = _handle(x.device, stream)
     t = _dtypes.lookup(x.dtype).cuda
     st = _lib.get().cublasScalEx(h, x.shape[0], ctypes.addressof(a), ex, x.address, t, incx, ex)
@@ -118,8 +118,8 @@ def dot(x, y, *, conjugate: bool = False, stream=None) -> DeviceArray:
     Uses ``cublasDotEx`` / ``cublasDotcEx``; float16/bfloat16 accumulate in float32 and
     return their own type.  Does not synchronise: ``float(result.get())`` when you need it.
     """
-    x, incx, y, incy = _pair(x, y)
-    ex, _ = _exec_type(x.dtype)
+    x, incx, y, incy = _pair(x, y, "dot")
+    ex, _ = _exec_type(x.dtype, "dot")
     s, h = _handle(x.device, stream)
     out = empty((), x.dtype, device=x.device, stream=s)
     t = _dtypes.lookup(x.dtype).cuda
@@ -134,8 +134,8 @@ def dot(x, y, *, conjugate: bool = False, stream=None) -> DeviceArray:
 def nrm2(x, *, stream=None) -> DeviceArray:
     """The Euclidean norm of ``x`` (``cublasNrm2Ex``), as a 0-d device array of the real
     type (float32 for complex64)."""
-    x, incx = _vector(x, "x")
-    ex, _ = _exec_type(x.dtype)
+    x, incx = _vector(x, "x", "nrm2")
+    ex, _ = _exec_type(x.dtype, "nrm2")
     s, h = _handle(x.device, stream)
     rt = {np.dtype(np.complex64): np.dtype(np.float32),
           np.dtype(np.complex128): np.dtype(np.float64)}.get(x.dtype, x.dtype)
@@ -176,16 +176,16 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
     dt = a.dtype
     name = _GEMV.get(dt)
     if name is None:
-        raise ValueError(f"gemv takes float32, float64, complex64 or complex128, not {dt} "
-                         "(use cublas.gemm with an (N, 1) matrix for other types)")
+        raise ValueError(f"gemv: a is {dt}; gemv takes float32, float64, complex64 or "
+                         "complex128 (use cublas.gemm with an (N, 1) matrix for other types)")
     if a.ndim != 2:
-        raise ValueError(f"a must be 2-D, got shape {a.shape}")
+        raise ValueError(f"gemv: a must be 2-D, got shape {a.shape}")
     M, N = a.shape
     rows, cols = (N, M) if trans else (M, N)
-    x, incx = _vector(x, "x")
+    x, incx = _vector(x, "x", "gemv")
     if x.shape != (cols,) or x.dtype != dt or x.device is not a.device:
-        raise ValueError(f"x must be a ({cols},) {dt} vector on device {a.device.ordinal}, "
-                         f"not {x.shape} {x.dtype}")
+        raise ValueError(f"gemv: x must be a ({cols},) {dt} vector on device "
+                         f"{a.device.ordinal}, not {x.shape} {x.dtype}")
     item = a.itemsize
     if any(st % item for st in a.strides):
         raise ValueError("a's strides are not multiples of its item size")
@@ -202,16 +202,17 @@ def gemv(a, x, y=None, *, alpha=1, beta=0, trans: bool = False, stream=None) -> 
         raise ValueError("a's leading dimension is shorter than its rows")
     if trans:
         op = _OP_N if op == _OP_T else _OP_T
-    a_c = _scalar(alpha, dt, "alpha")
-    b_c = _scalar(beta, dt, "beta")
+    a_c = _scalar(alpha, dt, "gemv: alpha")
+    b_c = _scalar(beta, dt, "gemv: beta")
     if y is None:
         if beta != 0:
-            raise ValueError("beta != 0 accumulates into y, so y must be given")
+            raise ValueError("gemv: beta != 0 accumulates into y, so y must be given")
         s = as_stream(stream, a.device)
         y = empty((rows,), dt, device=a.device, stream=s)
-    y, incy = _vector(y, "y", written=True)
+    y, incy = _vector(y, "y", "gemv", written=True)
     if y.shape != (rows,) or y.dtype != dt or y.device is not a.device:
-        raise ValueError(f"y must be a ({rows},) {dt} vector on device {a.device.ordinal}")
+        raise ValueError(f"gemv: y must be a ({rows},) {dt} vector on device "
+                         f"{a.device.ordinal}")
     s, h = _handle(a.device, stream)
     if rows == 0:
         return y

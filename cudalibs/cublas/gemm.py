@@ -115,7 +115,7 @@ def set_gemm_backend(name: str) -> str:
         ``"cublas"``: always ``cublasGemmEx``.
     """
     if not isinstance(name, str):
-        raise TypeError(f"gemm backend must be a string, not {type(name).__name__}")
+        raise TypeError(f"set_gemm_backend: name must be a string, not {type(name).__name__}")
     return _options.set_options(gemm_backend=name.lower()).gemm_backend
 
 
@@ -177,20 +177,23 @@ class GemmPlan(Plan):
 
     # -- construction -------------------------------------------------------------------------
     def _validate(self, a, b, out, compute, algo, batched) -> None:
+        # The one-shots (gemm, gemm_strided_batched, tune_gemm) check a problem's dtypes and
+        # shapes here, on a cache miss: the messages name the plan.
+        op = "GemmPlan"
         ab = a.dtype
         if b.dtype != ab:
-            raise ValueError(f"a is {ab} but b is {b.dtype}: cuBLAS needs both inputs of one "
-                             f"type (supported: {'; '.join(SUPPORTED)})")
+            raise ValueError(f"{op}: a is {ab} but b is {b.dtype}: cuBLAS needs both inputs of "
+                             f"one type (supported: {'; '.join(SUPPORTED)})")
         if compute is not None and not isinstance(compute, str):
             raise TypeError(f"compute must be a string such as 'tf32' or None, not {compute!r}")
         self.combo = row = combo(ab, None if out is None else out.dtype, compute)
         self.compute = compute
         hint = "; use cublas.gemv for matrix-vector products"
-        ba, bsa, ashape, astr = split_batch(a.shape, a.strides, "a", hint)
-        bb, bsb, bshape, bstr = split_batch(b.shape, b.strides, "b", hint)
+        ba, bsa, ashape, astr = split_batch(a.shape, a.strides, f"{op}: a", hint)
+        bb, bsb, bshape, bstr = split_batch(b.shape, b.strides, f"{op}: b", hint)
         if not batched and (len(a.shape) != 2 or len(b.shape) != 2):
-            raise ValueError(f"gemm takes matrices; got shapes {a.shape} and {b.shape} "
-                             "(use gemm_strided_batched for stacks)")
+            raise ValueError(f"{op}: gemm takes matrices, but a is {a.shape} and b is "
+                             f"{b.shape} (use gemm_strided_batched for stacks)")
         if ba != bb and ba != 1 and bb != 1:
             raise ValueError(f"batch sizes {ba} and {bb} do not broadcast")
         batch = max(ba, bb)
@@ -199,7 +202,7 @@ class GemmPlan(Plan):
         M, K = ashape
         K2, N = bshape
         if K != K2:
-            raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape} "
+            raise ValueError(f"{op}: inner dimensions differ: a is {a.shape}, b is {b.shape} "
                              f"({K} != {K2})")
         out_shape = (M, N) if len(a.shape) == 2 and len(b.shape) == 2 else (batch, M, N)
         item, oitem = ab.itemsize, row.c.itemsize
@@ -462,19 +465,20 @@ def plan_for(op, a, b, out, compute, algo, batched, align=None):
 
 def _run(a, b, out, alpha, beta, compute, algo, stream, batched):
     """Shared body of :func:`gemm` and :func:`gemm_strided_batched`."""
+    op = "gemm_strided_batched" if batched else "gemm"
     if type(a) is not DeviceArray or type(b) is not DeviceArray or (
             out is not None and type(out) is not DeviceArray):
-        a, b, out, _ = gemm_operands("gemm", a, b, out, stream)
+        a, b, out, _ = gemm_operands(op, a, b, out, stream)
     else:
-        a = operand(a, "a", "gemm")
-        b = operand(b, "b", "gemm")
+        a = operand(a, "a", op)
+        b = operand(b, "b", op)
         if out is not None:
-            out = operand(out, "out", "gemm")
+            out = operand(out, "out", op)
     dev = a.device
     if b.device is not dev:
-        check_device(b, dev, "b", "gemm")
+        check_device(b, dev, "b", op)
     if out is not None and out.device is not dev:
-        check_device(out, dev, "out", "gemm")
+        check_device(out, dev, "out", op)
     align = None
     if algo == "tuned" and out is not None:
         align = (alignment(a.address), alignment(b.address), alignment(out.address))

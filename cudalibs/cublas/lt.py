@@ -40,7 +40,7 @@ from ..runtime import relaunch as _relaunch
 from ..runtime.operand import check_device, operand
 from ..runtime.plan import Plan, scratch
 from . import _lib
-from ._base import lt_version, raise_for
+from ._base import lt_version_int, raise_for
 from ._common import OP_N, alignment, scalar_is_zero
 from .handle import WORKSPACE_BYTES, lt_handle, workspace
 from .lt_desc import EPILOGUES, MatmulDesc, MatmulPreference, MatrixLayout
@@ -303,7 +303,7 @@ class Matmul(Plan):
                 "beta": not scalar_is_zero(p.beta), "workspace": p.workspace}
 
     def _library_version(self) -> str:
-        return str(lt_version())
+        return str(lt_version_int())
 
     @contextlib.contextmanager
     def _runner(self, stream):

@@ -12,6 +12,7 @@ import ctypes
 
 from .. import dtypes as _dtypes
 from .._ffi import OwnedHandle
+from ..driver.args import int_arg
 from . import _lib
 from ._base import raise_for
 from .handle import WORKSPACE_BYTES
@@ -113,17 +114,19 @@ class MatrixLayout(_Descriptor):
 
     def __init__(self, dtype, rows: int, cols: int, ld: int | None = None, *,
                  order: str = "col", batch: int = 1, batch_stride: int = 0):
-        dt = _dtypes.lookup(dtype)
+        dt = _dtypes.lookup(dtype, "MatrixLayout: dtype")
         if dt.cuda is None:
-            raise TypeError(f"cuBLASLt has no matrix type for {dt.name}")
+            raise TypeError(f"MatrixLayout: dtype {dt.name} has no cuBLASLt matrix type")
         if order not in ("col", "row"):
-            raise ValueError(f"order must be 'col' or 'row', not {order!r}")
-        rows, cols, batch = int(rows), int(cols), int(batch)
+            raise ValueError(f"MatrixLayout: order must be 'col' or 'row', not {order!r}")
+        rows, cols, batch = (int_arg(v, f"MatrixLayout: {n}")
+                             for v, n in ((rows, "rows"), (cols, "cols"), (batch, "batch")))
         if rows < 0 or cols < 0 or batch < 1:
-            raise ValueError(f"bad layout: rows={rows}, cols={cols}, batch={batch}")
+            raise ValueError(f"MatrixLayout: bad layout: rows={rows}, cols={cols}, "
+                             f"batch={batch}")
         if ld is None:
             ld = max(rows if order == "col" else cols, 1)
-        ld = int(ld)
+        ld = int_arg(ld, "MatrixLayout: ld")
         if ld < max(rows if order == "col" else cols, 1):
             raise ValueError(f"ld={ld} is smaller than a {'column' if order == 'col' else 'row'}")
         L = _lib.get_lt()
@@ -171,13 +174,15 @@ class MatmulDesc(_Descriptor):
     _get_name = "cublasLtMatmulDescGetAttribute"
 
     def __init__(self, compute_type: int, scale_type: int):
+        compute_type = int_arg(compute_type, "MatmulDesc: compute_type")
+        scale_type = int_arg(scale_type, "MatmulDesc: scale_type")
         L = _lib.get_lt()
         raw = _lib.cublasLtMatmulDesc_t()
-        st = L.cublasLtMatmulDescCreate(ctypes.byref(raw), int(compute_type), int(scale_type))
+        st = L.cublasLtMatmulDescCreate(ctypes.byref(raw), compute_type, scale_type)
         if st:
             raise_for(st, "cublasLtMatmulDescCreate")
         self._own(raw, L.cublasLtMatmulDescDestroy)
-        self.compute_type, self.scale_type = int(compute_type), int(scale_type)
+        self.compute_type, self.scale_type = compute_type, scale_type
 
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""

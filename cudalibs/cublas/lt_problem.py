@@ -52,7 +52,7 @@ def _types(p, ab, bb, so, dev, out_dtype, compute) -> None:
                                             np.dtype(np.float32))
         return
     if ab != bb:
-        raise ValueError(f"a is {ab} but b is {bb}; cuBLASLt needs one input type "
+        raise ValueError(f"Matmul: a is {ab} but b is {bb}; cuBLASLt needs one input type "
                          "(or two fp8 types)")
     if ab.kind not in "f" and ab != _dtypes.bfloat16:
         raise ValueError(f"cudalibs' cuBLASLt plans take float64, float32, float16, "
@@ -99,7 +99,7 @@ def validate(specs, dev, out_dtype, compute, epilogue_name, alpha, beta, aux_ld,
     p.batch = max(ba, bbt)
     (M, K), (K2, N) = ashape, bshape
     if K != K2:
-        raise ValueError(f"inner dimensions differ: a is {sa[0]}, b is {sb[0]}")
+        raise ValueError(f"Matmul: inner dimensions differ: a is {sa[0]}, b is {sb[0]}")
     if min(M, N, K) < 1:
         raise ValueError(f"cuBLASLt needs non-empty matrices, got M={M}, N={N}, K={K}")
     p.mnk = (M, N, K)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _ffi
 from ..runtime import front as _front
 from ..runtime.cache import KeyKind, cache
 from ..runtime.operand import operand
@@ -12,7 +13,8 @@ from ..runtime.options import option_context
 from ._common import alignment
 from .lt import BIAS_ALIGN, Matmul
 
-__all__ = ["matmul", "plan_cache", "clear_plan_cache", "MATMUL_KEY"]
+__all__ = ["matmul", "matmul_cache", "clear_matmul_cache", "plan_cache", "clear_plan_cache",
+           "MATMUL_KEY"]
 
 
 # -- one-shot convenience through the one plan cache -----------------------------------------
@@ -95,12 +97,21 @@ def matmul(a, b, *, bias=None, epilogue=None, out=None, compute=None, out_dtype=
                         stream=stream)
 
 
-def plan_cache() -> dict:
+def matmul_cache() -> dict:
     """The plans :func:`matmul` holds in the one plan cache, by raw key (a copy; read keys
-    by name through ``cudalibs.plan_cache.entries("cublaslt_matmul")``)."""
+    by name through ``cudalibs.plan_cache().entries("cublaslt_matmul")``), like
+    :func:`~cudalibs.cublas.algo_cache` for the GEMMs and ``cudnn.algo_cache()`` for the
+    convolutions."""
     return {e.raw_key: e.plan for e in cache.entries(MATMUL_KEY.name)}
 
 
-def clear_plan_cache() -> None:
+def clear_matmul_cache() -> None:
     """Drop every cached :func:`matmul` plan (each is freed once no caller holds it)."""
     cache.clear(MATMUL_KEY.name)
+
+
+# The former names: ``plan_cache`` read as the one plan cache (``cudalibs.plan_cache()``),
+# which these are one library's part of.
+plan_cache = _ffi.renamed(matmul_cache, "cublas.plan_cache()", "cublas.matmul_cache()")
+clear_plan_cache = _ffi.renamed(clear_matmul_cache, "cublas.clear_plan_cache()",
+                                "cublas.clear_matmul_cache()")

@@ -29,7 +29,7 @@ package loads nothing.
 """
 
 from . import attention, backend
-from ._base import check_versions, last_error_string, version, version_tuple
+from ._base import check_versions, last_error_string, version, version_int, version_tuple
 from .activation import (activation, activation_backward, activation_forward, add_tensor,
                          softmax, softmax_backward, softmax_forward)
 from .attention import (SDPA_BACKWARD_KEY, SDPA_KEY, SdpaBackwardPlan, SdpaPlan, sdpa,
@@ -54,7 +54,7 @@ from .rnn import (RNN, RNN_ALGOS, RNN_DATA_KEY, DropoutDescriptor, RNNDataDescri
                   RNNDescriptor, RNNSpec, RNNState, RNNWeights, rnn_spec)
 
 __all__ = [
-    "version", "version_tuple", "last_error_string", "check_versions", "backend",
+    "version", "version_int", "version_tuple", "last_error_string", "check_versions", "backend",
     "conv_forward", "conv_backward_data", "conv_backward_filter", "conv_backward_bias",
     "conv_bias_act", "conv_output_shape", "ConvPlan", "ConvForwardPlan",
     "ConvBackwardDataPlan", "ConvBackwardFilterPlan", "ConvBiasActPlan", "NoAlgorithmError",

@@ -13,8 +13,8 @@ from .. import _ffi
 from ..errors import CudnnError
 from . import _lib
 
-__all__ = ["raise_for", "version", "version_tuple", "last_error_string", "check_versions",
-           "env"]
+__all__ = ["raise_for", "version", "version_int", "version_tuple", "last_error_string",
+           "check_versions", "env"]
 
 # cudnnGetLastErrorString truncates to the buffer it is given; its messages are a few lines.
 _LAST_ERROR_BYTES = 4096
@@ -41,27 +41,30 @@ raise_for.__doc__ = """Raise :class:`~cudalibs.errors.CudnnError` for ``status``
 The error's ``detail`` is ``cudnnGetLastErrorString``, so call this right after the failure."""
 
 
-def version() -> int:
-    """The version of the loaded cuDNN library, as one number.
-
-    Returns
-    -------
-    int
-        ``cudnnGetVersion()``: ``major * 10000 + minor * 100 + patch`` for cuDNN 9
-        (``91900`` for 9.19.0).
-    """
-    return int(_lib.get().cudnnGetVersion())
-
-
-def version_tuple() -> tuple[int, int, int]:
+def version() -> tuple[int, int, int]:
     """The version of the loaded cuDNN library.
 
     Returns
     -------
     tuple of int
-        ``(major, minor, patch)``, for example ``(9, 19, 0)``.
+        ``(major, minor, patch)``, for example ``(9, 19, 0)``; compare it with a tuple
+        (``version() >= (9, 11, 0)``).
     """
     return _ffi.property_version(_lib.get().cudnnGetProperty, raise_for, "cudnnGetProperty")
+
+
+def version_int() -> int:
+    """The version of the loaded cuDNN library as one number (``cudnnGetVersion``).
+
+    Returns
+    -------
+    int
+        ``major * 10000 + minor * 100 + patch`` for cuDNN 9 (``91900`` for 9.19.0).
+    """
+    return int(_lib.get().cudnnGetVersion())
+
+
+version_tuple = _ffi.renamed(version, "cudnn.version_tuple()", "cudnn.version()")
 
 
 _checked_versions = False
@@ -87,7 +90,7 @@ def check_versions() -> None:
         st = getattr(L, fn)()
         if st:
             raise_for(st, fn, f"the cuDNN sub-library checked by {fn} does not match "
-                              f"{L.path or 'libcudnn.so.9'} (version {version()}); "
+                              f"{L.path or 'libcudnn.so.9'} (version {version_int()}); "
                               "install one consistent cuDNN")
     _checked_versions = True
 

@@ -6,7 +6,6 @@ Nothing here is public; the wrappers re-raise nothing and add no state of their 
 from __future__ import annotations
 
 import ctypes
-import operator
 import threading
 
 import numpy as np
@@ -70,11 +69,12 @@ def scalar(value, double: bool) -> int:
 
 
 # -- arguments -----------------------------------------------------------------------------------
-def resolve(op: str, *named, stream=None):
+def resolve(op: str, *named, stream=None, required: int = 0):
     """``(array, ..., device, stream)``: each ``(obj, name)`` pair through the one operand path
-    (:func:`~cudalibs.runtime.operand.operands`, all on the first one's device; None stays
-    None), and the ``stream=`` argument resolved for that device."""
-    *arrs, dev = _operands(op, *named, stream=stream)
+    (:func:`~cudalibs.runtime.operand.operands`, all on the first one's device; None raises
+    for the first ``required`` pairs and stays None for the others), and the ``stream=``
+    argument resolved for that device."""
+    *arrs, dev = _operands(op, *named, stream=stream, required=required)
     return (*arrs, dev, as_stream(stream, dev))
 
 
@@ -100,28 +100,19 @@ def check_in_place(op: str, out, name: str, x) -> None:
 
 
 def hashable(v):
-    """An int/str/None as is, a sequence as a tuple (a cache-key field)."""
-    return v if v is None or isinstance(v, (int, str, np.integer)) else tuple(v)
+    """An int/str/None as is, a sequence as a tuple (a cache-key field); anything else as is,
+    for the argument checks of the miss path to name."""
+    if v is None or isinstance(v, (int, str, np.integer)):
+        return v
+    try:
+        return tuple(v)
+    except TypeError:
+        return v
 
 
 def check_float(arr, name: str) -> None:
-    try:
-        cudnn_dtype(arr.dtype)
-    except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
-
-
-def tuple_arg(value, n: int, name: str) -> tuple[int, ...]:
-    """An int (repeated) or a sequence of ``n`` ints."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value),) * n
-    try:
-        out = tuple(operator.index(v) for v in value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int or a sequence of {n} ints, not {value!r}") from None
-    if len(out) != n:
-        raise ValueError(f"{name} needs {n} values (one per spatial dimension), got {out}")
-    return out
+    """Refuse an array of a dtype cuDNN does not compute in; ``name`` is ``"<op>: <name>"``."""
+    cudnn_dtype(arr.dtype, name)
 
 
 def layout_of(arr, name: str, allowed=(4, 5)) -> tuple[bool, ...]:

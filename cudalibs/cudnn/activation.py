@@ -55,10 +55,15 @@ def _build_tensor(x, name) -> DescriptorSet:
     return DescriptorSet((tensor_descriptor(x.dtype, shape, packed_strides(shape, cl)),), cl=cl)
 
 
-def _like(a, name, ref, ref_cl, ref_name):
+def _same(a, name, ref, ref_name) -> None:
+    """``a`` of ``ref``'s shape and dtype: checked before any descriptor is made."""
     if a.shape != ref.shape or a.dtype != ref.dtype:
         raise ValueError(f"{name} ({a.dtype} {a.shape}) must match {ref_name} ({ref.dtype} "
                          f"{ref.shape})")
+
+
+def _like(a, name, ref, ref_cl, ref_name):
+    """The descriptor of ``a`` (checked by :func:`_same`), in ``ref``'s memory layout."""
     desc, cl = _tensor(a, name)
     if a.ndim >= 3 and cl != ref_cl and ref_cl not in layout_padded(
             *padded(a, name), a.itemsize, name):
@@ -97,7 +102,7 @@ def activation_forward(x, mode="relu", *, coef=None, swish_beta=1.0, out=None, a
     x = operand(x, "x", "activation_forward", stream=stream)
     dev = x.device
     s = as_stream(stream, dev)
-    xd, cl = _tensor(x, "x")
+    xd, cl = _tensor(x, "activation_forward: x")
     ad = _act_desc(mode, coef, swish_beta)
     y = output(out, x.shape, x.dtype, cl, dev, s)
     if out is not None:
@@ -135,10 +140,13 @@ def activation_backward(y, dy, x, mode="relu", *, coef=None, swish_beta=1.0, out
         ``dx``.
     """
     x, y, dy, dev, s = resolve("activation_backward", (x, "x"), (y, "y"), (dy, "dy"),
-                               stream=stream)
-    xd, cl = _tensor(x, "x")
-    yd = _like(y, "y", x, cl, "x")
-    dyd = _like(dy, "dy", x, cl, "x")
+                               stream=stream, required=3)
+    op = "activation_backward"
+    _same(y, f"{op}: y", x, "x")
+    _same(dy, f"{op}: dy", x, "x")
+    xd, cl = _tensor(x, f"{op}: x")
+    yd = _like(y, f"{op}: y", x, cl, "x")
+    dyd = _like(dy, f"{op}: dy", x, cl, "x")
     ad = _act_desc(mode, coef, swish_beta)
     dx = output(out, x.shape, x.dtype, cl, dev, s)
     if mode == "identity":
@@ -184,7 +192,7 @@ def softmax_forward(x, *, algorithm="accurate", mode="channel", out=None, alpha=
     x = operand(x, "x", "softmax_forward", stream=stream)
     dev = x.device
     s = as_stream(stream, dev)
-    xd, cl = _tensor(x, "x")
+    xd, cl = _tensor(x, "softmax_forward: x")
     y = output(out, x.shape, x.dtype, cl, dev, s)
     h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
@@ -208,9 +216,11 @@ def softmax_backward(y, dy, *, algorithm="accurate", mode="channel", out=None, a
         ``dx``.
     """
     algo, m = _softmax_args(algorithm, mode)
-    y, dy, dev, s = resolve("softmax_backward", (y, "y"), (dy, "dy"), stream=stream)
-    yd, cl = _tensor(y, "y")
-    dyd = _like(dy, "dy", y, cl, "y")
+    y, dy, dev, s = resolve("softmax_backward", (y, "y"), (dy, "dy"), stream=stream,
+                            required=2)
+    _same(dy, "softmax_backward: dy", y, "y")
+    yd, cl = _tensor(y, "softmax_backward: y")
+    dyd = _like(dy, "softmax_backward: dy", y, cl, "y")
     dx = output(out, y.shape, y.dtype, cl, dev, s)
     h = handle_for(dev, s.raw_handle)
     d = is_double(y.dtype)
@@ -252,10 +262,10 @@ def add_tensor(a, c, *, alpha=1.0, beta=1.0, stream=None):
     DeviceArray
         ``c``.
     """
-    c, a, dev, s = resolve("add_tensor", (c, "c"), (a, "a"), stream=stream)
+    c, a, dev, s = resolve("add_tensor", (c, "c"), (a, "a"), stream=stream, required=2)
     if a.dtype != c.dtype:
-        raise TypeError(f"a has dtype {a.dtype}, c has {c.dtype}; they must match")
-    cd, cl = _tensor(c, "c")
+        raise TypeError(f"add_tensor: a has dtype {a.dtype}, c has {c.dtype}; they must match")
+    cd, cl = _tensor(c, "add_tensor: c")
     if a.ndim == 1 and c.ndim >= 2 and a.shape[0] == c.shape[1]:
         shape = (1, a.shape[0]) + (1,) * (max(c.ndim, 4) - 2)
         if a.strides[0] != a.itemsize and a.shape[0] > 1:

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import dtypes as _dtypes
 from .._ffi import OwnedHandle
+from ..driver.args import int_arg, int_tuple
 from ..runtime import front as _front
 from ..runtime.cache import KeyKind, cache as _plan_cache
 from . import _lib
@@ -79,18 +80,19 @@ ACTIVATION_MODES = {
 }
 
 
-def cudnn_dtype(dtype) -> int:
-    """The ``cudnnDataType_t`` of a floating dtype cuDNN computes in.
+def cudnn_dtype(dtype, what: str = "dtype") -> int:
+    """The ``cudnnDataType_t`` of a floating dtype cuDNN computes in; ``what`` names the
+    argument in messages (``"TensorDescriptor: dtype"``).
 
     Raises
     ------
     TypeError
         Not float32, float16, bfloat16 or float64.
     """
-    row = _dtypes.lookup(dtype)
+    row = _dtypes.lookup(dtype, what)
     if row.name not in _CUDNN_FLOAT_TYPES:
-        raise TypeError(f"cuDNN operations here take {', '.join(_CUDNN_FLOAT_TYPES)} data, "
-                        f"not {row.name}")
+        raise TypeError(f"{what} is {row.name}; cuDNN operations here take "
+                        f"{', '.join(_CUDNN_FLOAT_TYPES)} data")
     return row.cudnn
 
 
@@ -204,16 +206,7 @@ class TensorDescriptor(Descriptor):
     _kind = "Tensor"
 
     def __init__(self, dtype, shape, strides):
-        dt = np.dtype(_dtypes.lookup(dtype).numpy)
-        cudnn_dtype(dt)
-        shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
-        if not 3 <= len(shape) <= _lib.CUDNN_DIM_MAX or len(strides) != len(shape):
-            raise ValueError(f"a tensor descriptor takes 3 to {_lib.CUDNN_DIM_MAX} dimensions "
-                             f"with one stride each, got shape {shape}, strides {strides}")
-        if any(n < 1 for n in shape) or any(s < 1 for s in strides):
-            raise ValueError(f"tensor dimensions and strides must be >= 1, got shape {shape}, "
-                             f"strides {strides}")
-        super().__init__((dt, shape, strides))
+        super().__init__(_tensor_key(dtype, shape, strides, "TensorDescriptor"))
 
     def _set(self, L, raw, dt, shape, strides):
         st = L.cudnnSetTensorNdDescriptor(raw, cudnn_dtype(dt), len(shape), _ints(shape),
@@ -243,13 +236,7 @@ class FilterDescriptor(Descriptor):
     _kind = "Filter"
 
     def __init__(self, dtype, shape, channels_last: bool = False):
-        dt = np.dtype(_dtypes.lookup(dtype).numpy)
-        cudnn_dtype(dt)
-        shape = tuple(int(s) for s in shape)
-        if not 3 <= len(shape) <= _lib.CUDNN_DIM_MAX or any(n < 1 for n in shape):
-            raise ValueError(f"a filter descriptor takes 3 to {_lib.CUDNN_DIM_MAX} positive "
-                             f"dimensions, got {shape}")
-        super().__init__((dt, shape, bool(channels_last)))
+        super().__init__(_filter_key(dtype, shape, channels_last, "FilterDescriptor"))
 
     def _set(self, L, raw, dt, shape, cl):
         fmt = _lib.CUDNN_TENSOR_NHWC if cl else _lib.CUDNN_TENSOR_NCHW
@@ -281,10 +268,8 @@ class ConvolutionDescriptor(Descriptor):
     _kind = "Convolution"
 
     def __init__(self, padding, stride, dilation, groups: int, compute: int, math: int):
-        key = (tuple(int(p) for p in padding), tuple(int(s) for s in stride),
-               tuple(int(d) for d in dilation), int(groups), int(compute), int(math))
-        check_conv_params(*key[:4])
-        super().__init__(key)
+        super().__init__(_conv_key(padding, stride, dilation, groups, compute, math,
+                                   "ConvolutionDescriptor"))
 
     def _set(self, L, raw, pad, stride, dil, groups, compute, math):
         st = L.cudnnSetConvolutionNdDescriptor(raw, len(pad), _ints(pad), _ints(stride),
@@ -307,16 +292,84 @@ class ConvolutionDescriptor(Descriptor):
                 f"compute={compute} math={m}")
 
 
-def check_conv_params(padding, stride, dilation, groups) -> None:
-    """Raise ValueError for negative padding, stride or dilation below 1, groups below 1."""
+# -- the descriptors' arguments, checked before any C call, in the caller's name -------------
+def _tensor_key(dtype, shape, strides, op) -> tuple:
+    dt = np.dtype(_dtypes.lookup(dtype, f"{op}: dtype").numpy)
+    cudnn_dtype(dt, f"{op}: dtype")
+    shape = int_tuple(shape, f"{op}: shape", scalar=False)
+    strides = int_tuple(strides, f"{op}: strides", scalar=False)
+    if not 3 <= len(shape) <= _lib.CUDNN_DIM_MAX or len(strides) != len(shape):
+        raise ValueError(f"{op}: a tensor descriptor takes 3 to {_lib.CUDNN_DIM_MAX} dimensions "
+                         f"with one stride each, got shape {shape}, strides {strides}")
+    if any(n < 1 for n in shape) or any(s < 1 for s in strides):
+        raise ValueError(f"{op}: tensor dimensions and strides must be >= 1, got shape {shape}, "
+                         f"strides {strides}")
+    return dt, shape, strides
+
+
+def _filter_key(dtype, shape, channels_last, op) -> tuple:
+    dt = np.dtype(_dtypes.lookup(dtype, f"{op}: dtype").numpy)
+    cudnn_dtype(dt, f"{op}: dtype")
+    shape = int_tuple(shape, f"{op}: shape", scalar=False)
+    if not 3 <= len(shape) <= _lib.CUDNN_DIM_MAX or any(n < 1 for n in shape):
+        raise ValueError(f"{op}: a filter descriptor takes 3 to {_lib.CUDNN_DIM_MAX} positive "
+                         f"dimensions, got shape {shape}")
+    return dt, shape, bool(channels_last)
+
+
+def _conv_key(padding, stride, dilation, groups, compute, math, op) -> tuple:
+    key = (int_tuple(padding, f"{op}: padding", scalar=False),
+           int_tuple(stride, f"{op}: stride", scalar=False),
+           int_tuple(dilation, f"{op}: dilation", scalar=False),
+           int_arg(groups, f"{op}: groups"), int_arg(compute, f"{op}: compute"),
+           int_arg(math, f"{op}: math"))
+    check_conv_params(*key[:4], f"{op}: ")
+    return key
+
+
+def _pool_key(mode, window, padding, stride, propagate_nan, op) -> tuple:
+    if not isinstance(mode, str) or mode not in POOLING_MODES:
+        raise ValueError(f"{op}: mode {mode!r} is not a pooling mode; the pooling modes are "
+                         f"{sorted(POOLING_MODES)}")
+    window = int_tuple(window, f"{op}: window", scalar=False)
+    padding = int_tuple(padding, f"{op}: padding", scalar=False)
+    stride = int_tuple(stride, f"{op}: stride", scalar=False)
+    if not len(window) == len(padding) == len(stride) or not window:
+        raise ValueError(f"{op}: window, padding and stride need one entry per spatial "
+                         "dimension")
+    if any(w < 1 for w in window):
+        raise ValueError(f"{op}: window must be >= 1, got {window}")
+    _check_steps(padding, stride, f"{op}: ")
+    if any(p >= w for p, w in zip(padding, window)):
+        # cuDNN rejects it too, with a bare BAD_PARAM; a window entirely in padding has
+        # no input to reduce.
+        raise ValueError(f"{op}: padding {padding} must be smaller than the window {window}")
+    return mode, window, padding, stride, bool(propagate_nan)
+
+
+def _act_key(mode, coef, swish_beta, propagate_nan, op) -> tuple:
+    if not isinstance(mode, str) or mode not in ACTIVATION_MODES:
+        raise ValueError(f"{op}: mode {mode!r} is not an activation mode; the activation "
+                         f"modes are {sorted(ACTIVATION_MODES)}")
+    return mode, float(coef), float(swish_beta), bool(propagate_nan)
+
+
+def _check_steps(padding, stride, lead: str = "") -> None:
+    """Negative padding or a stride below 1 refused (``lead``: ``"<op>: "``)."""
     if any(p < 0 for p in padding):
-        raise ValueError(f"padding must be >= 0, got {padding}")
+        raise ValueError(f"{lead}padding must be >= 0, got {padding}")
     if any(s < 1 for s in stride):
-        raise ValueError(f"stride must be >= 1, got {stride}")
+        raise ValueError(f"{lead}stride must be >= 1, got {stride}")
+
+
+def check_conv_params(padding, stride, dilation, groups, lead: str = "") -> None:
+    """Raise ValueError for negative padding, stride or dilation below 1, groups below 1;
+    ``lead`` (``"<op>: "``) starts each message."""
+    _check_steps(padding, stride, lead)
     if any(d < 1 for d in dilation):
-        raise ValueError(f"dilation must be >= 1, got {dilation}")
+        raise ValueError(f"{lead}dilation must be >= 1, got {dilation}")
     if groups < 1:
-        raise ValueError(f"groups must be >= 1, got {groups}")
+        raise ValueError(f"{lead}groups must be >= 1, got {groups}")
 
 
 class PoolingDescriptor(Descriptor):
@@ -336,24 +389,8 @@ class PoolingDescriptor(Descriptor):
     _kind = "Pooling"
 
     def __init__(self, mode: str, window, padding, stride, propagate_nan: bool = True):
-        if mode not in POOLING_MODES:
-            raise ValueError(f"pooling mode must be one of {sorted(POOLING_MODES)}, not {mode!r}")
-        key = (mode, tuple(int(v) for v in window), tuple(int(v) for v in padding),
-               tuple(int(v) for v in stride), bool(propagate_nan))
-        _, window, padding, stride, _ = key
-        if not len(window) == len(padding) == len(stride) or not window:
-            raise ValueError("window, padding and stride need one entry per spatial dimension")
-        if any(w < 1 for w in window):
-            raise ValueError(f"pooling window must be >= 1, got {window}")
-        if any(p < 0 for p in padding):
-            raise ValueError(f"padding must be >= 0, got {padding}")
-        if any(s < 1 for s in stride):
-            raise ValueError(f"stride must be >= 1, got {stride}")
-        if any(p >= w for p, w in zip(padding, window)):
-            # cuDNN rejects it too, with a bare BAD_PARAM; a window entirely in padding has
-            # no input to reduce.
-            raise ValueError(f"padding {padding} must be smaller than the window {window}")
-        super().__init__(key)
+        super().__init__(_pool_key(mode, window, padding, stride, propagate_nan,
+                                   "PoolingDescriptor"))
 
     def _set(self, L, raw, mode, window, padding, stride, nan):
         st = L.cudnnSetPoolingNdDescriptor(
@@ -387,10 +424,8 @@ class ActivationDescriptor(Descriptor):
 
     def __init__(self, mode: str, coef: float = 0.0, swish_beta: float = 1.0,
                  propagate_nan: bool = True):
-        if mode not in ACTIVATION_MODES:
-            raise ValueError(f"activation mode must be one of {sorted(ACTIVATION_MODES)}, "
-                             f"not {mode!r}")
-        super().__init__((mode, float(coef), float(swish_beta), bool(propagate_nan)))
+        super().__init__(_act_key(mode, coef, swish_beta, propagate_nan,
+                                  "ActivationDescriptor"))
 
     def _set(self, L, raw, mode, coef, beta, nan):
         st = L.cudnnSetActivationDescriptor(
@@ -451,34 +486,41 @@ def _cached(cls, *args):
                           prepare=None)
 
 
+# The factories key the cache by the checked, normalized arguments; the libraries' own calls
+# (a numpy dtype and tuples, from arrays they took through the operand path) skip the checks.
 def tensor_descriptor(dtype, shape, strides) -> TensorDescriptor:
     """A cached :class:`TensorDescriptor` (``strides`` in elements)."""
-    return _cached(TensorDescriptor, np.dtype(dtype), tuple(shape), tuple(strides))
+    if type(dtype) is not np.dtype or type(shape) is not tuple or type(strides) is not tuple:
+        dtype, shape, strides = _tensor_key(dtype, shape, strides, "tensor_descriptor")
+    return _cached(TensorDescriptor, dtype, shape, strides)
 
 
 def filter_descriptor(dtype, shape, channels_last: bool = False) -> FilterDescriptor:
     """A cached :class:`FilterDescriptor`."""
-    return _cached(FilterDescriptor, np.dtype(dtype), tuple(shape), bool(channels_last))
+    if type(dtype) is not np.dtype or type(shape) is not tuple:
+        dtype, shape, channels_last = _filter_key(dtype, shape, channels_last,
+                                                  "filter_descriptor")
+    return _cached(FilterDescriptor, dtype, shape, bool(channels_last))
 
 
 def convolution_descriptor(padding, stride, dilation, groups, compute, math
                            ) -> ConvolutionDescriptor:
     """A cached :class:`ConvolutionDescriptor`."""
-    return _cached(ConvolutionDescriptor, tuple(padding), tuple(stride), tuple(dilation),
-                   int(groups), int(compute), int(math))
+    return _cached(ConvolutionDescriptor, *_conv_key(padding, stride, dilation, groups, compute,
+                                                     math, "convolution_descriptor"))
 
 
 def pooling_descriptor(mode, window, padding, stride, propagate_nan=True) -> PoolingDescriptor:
     """A cached :class:`PoolingDescriptor`."""
-    return _cached(PoolingDescriptor, mode, tuple(window), tuple(padding), tuple(stride),
-                   bool(propagate_nan))
+    return _cached(PoolingDescriptor, *_pool_key(mode, window, padding, stride, propagate_nan,
+                                                 "pooling_descriptor"))
 
 
 def activation_descriptor(mode, coef=0.0, swish_beta=1.0, propagate_nan=True
                           ) -> ActivationDescriptor:
     """A cached :class:`ActivationDescriptor`."""
-    return _cached(ActivationDescriptor, mode, float(coef), float(swish_beta),
-                   bool(propagate_nan))
+    return _cached(ActivationDescriptor, *_act_key(mode, coef, swish_beta, propagate_nan,
+                                                   "activation_descriptor"))
 
 
 def descriptor_cache_size() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 
 from ..driver.device import Device
+from ..driver.memory import check_nbytes
 from ..runtime.cache import RELEASE_HOOKS
 from ..runtime.handles import Handle, HandleCache, Workspaces
 from . import _lib
@@ -57,10 +58,7 @@ def set_workspace_limit(nbytes: int) -> None:
     Cached algorithm choices made under another limit stay valid for that limit only (the
     limit is part of the cache key).
     """
-    nbytes = int(nbytes)
-    if nbytes < 0:
-        raise ValueError(f"workspace limit must be >= 0, got {nbytes}")
-    _limit[0] = nbytes
+    _limit[0] = check_nbytes(nbytes, "set_workspace_limit: nbytes")
 
 
 def workspace_limit() -> int:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import ctypes
 
-import operator
-
+from ..driver.args import int_tuple
 from ..runtime.operand import operand
 from ..runtime import front as _front
 from ..runtime.cache import KeyKind
@@ -21,7 +20,7 @@ from ..driver.stream import as_stream
 from . import _lib
 from ._base import raise_for
 from ._common import (check_float, hashable, is_double, layout_of, output, pick_layout,
-                      resolve, scalar, tuple_arg)
+                      resolve, scalar)
 from .descriptors import DescriptorSet, packed_strides, pooling_descriptor, tensor_descriptor
 from .handle import handle_for
 
@@ -57,49 +56,52 @@ def pooling_output_shape(x_shape, window, *, stride=None, padding=0) -> tuple[in
         A shape without N, C and spatial dimensions, a dimension below 1, a window larger
         than the padded input, or bad parameters.
     """
-    try:
-        x_shape = tuple(operator.index(v) for v in x_shape)
-    except TypeError:
-        raise TypeError(f"x_shape must be a sequence of ints, not {x_shape!r}") from None
+    return _output_shape(x_shape, window, stride, padding, "pooling_output_shape")
+
+
+def _output_shape(x_shape, window, stride, padding, op):
+    """:func:`pooling_output_shape`, its messages in ``op``'s name."""
+    x_shape = int_tuple(x_shape, f"{op}: x_shape", scalar=False)
     nsp = len(x_shape) - 2
     if not 1 <= nsp <= 3:
-        raise ValueError(f"x_shape {x_shape} must be (N, C, spatial...) with 1 to 3 spatial "
-                         "dimensions (pooling needs N, C and at least one spatial dimension)")
+        raise ValueError(f"{op}: x_shape {x_shape} must be (N, C, spatial...) with 1 to 3 "
+                         "spatial dimensions (pooling needs N, C and at least one spatial "
+                         "dimension)")
     if any(v < 1 for v in x_shape):
-        raise ValueError(f"x_shape {x_shape} has a dimension below 1")
-    window = tuple_arg(window, nsp, "window")
-    stride = window if stride is None else tuple_arg(stride, nsp, "stride")
-    padding = tuple_arg(padding, nsp, "padding")
+        raise ValueError(f"{op}: x_shape {x_shape} has a dimension below 1")
+    window = int_tuple(window, f"{op}: window", nsp)
+    stride = window if stride is None else int_tuple(stride, f"{op}: stride", nsp)
+    padding = int_tuple(padding, f"{op}: padding", nsp)
     out = list(x_shape[:2])
     for i in range(nsp):
         size = (x_shape[2 + i] + 2 * padding[i] - window[i]) // stride[i] + 1
         if size < 1:
-            raise ValueError(f"output too small: window {window[i]} is larger than spatial "
-                             f"dimension {i} of the input ({x_shape[2 + i]} + 2 * padding "
-                             f"{padding[i]})")
+            raise ValueError(f"{op}: output too small: window {window[i]} is larger than "
+                             f"spatial dimension {i} of the input ({x_shape[2 + i]} + 2 * "
+                             f"padding {padding[i]})")
         out.append(size)
     return tuple(out)
 
 
-def _plan(x, window, stride, padding, mode, propagate_nan):
+def _plan(x, window, stride, padding, mode, propagate_nan, op):
     """The pooling problem of ``x``: its descriptors, output shape and layout, from the one
     plan cache (built on a miss)."""
     key = (POOLING_KEY, x.dtype, x.shape, x.strides, hashable(window), hashable(stride),
            hashable(padding), mode, propagate_nan)
-    d = _front.planned(key, lambda: _build(x, window, stride, padding, mode, propagate_nan),
+    d = _front.planned(key, lambda: _build(x, window, stride, padding, mode, propagate_nan, op),
                        prepare=None)
     return (*d.descriptors, d.info["y_shape"], d.info["cl"])
 
 
-def _build(x, window, stride, padding, mode, propagate_nan) -> DescriptorSet:
-    check_float(x, "x")
-    cl = pick_layout((layout_of(x, "x"), "x"))
+def _build(x, window, stride, padding, mode, propagate_nan, op) -> DescriptorSet:
+    check_float(x, f"{op}: x")
+    cl = pick_layout((layout_of(x, f"{op}: x"), "x"))
+    y_shape = _output_shape(x.shape, window, stride, padding, op)
     nsp = x.ndim - 2
-    win = tuple_arg(window, nsp, "window")
-    st = win if stride is None else tuple_arg(stride, nsp, "stride")
-    pad = tuple_arg(padding, nsp, "padding")
+    win = int_tuple(window, f"{op}: window", nsp)
+    st = win if stride is None else int_tuple(stride, f"{op}: stride", nsp)
+    pad = int_tuple(padding, f"{op}: padding", nsp)
     pdesc = pooling_descriptor(mode, win, pad, st, propagate_nan)
-    y_shape = pooling_output_shape(x.shape, win, stride=st, padding=pad)
     xdesc = tensor_descriptor(x.dtype, x.shape, packed_strides(x.shape, cl))
     dims = (ctypes.c_int * x.ndim)()
     status = _lib.get().cudnnGetPoolingNdForwardOutputDim(pdesc.raw, xdesc.raw, x.ndim, dims)
@@ -140,7 +142,8 @@ def pooling_forward(x, window, *, stride=None, padding=0, mode="max", propagate_
     x = operand(x, "x", "pooling_forward", stream=stream)
     dev = x.device
     s = as_stream(stream, dev)
-    pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan)
+    pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan,
+                                             "pooling_forward")
     y = output(out, y_shape, x.dtype, cl, dev, s)
     h = handle_for(dev, s.raw_handle)
     d = is_double(x.dtype)
@@ -174,8 +177,9 @@ def pooling_backward(y, dy, x, window, *, stride=None, padding=0, mode="max",
         ``dx``.
     """
     x, y, dy, dev, s = resolve("pooling_backward", (x, "x"), (y, "y"), (dy, "dy"),
-                               stream=stream)
-    pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan)
+                               stream=stream, required=3)
+    pdesc, xdesc, ydesc, y_shape, cl = _plan(x, window, stride, padding, mode, propagate_nan,
+                                             "pooling_backward")
     for name, a in (("y", y), ("dy", dy)):
         if a.shape != y_shape or a.dtype != x.dtype:
             raise ValueError(f"{name} must be {x.dtype} of shape {y_shape}, got {a.dtype} "

@@ -22,6 +22,7 @@ from ..errors import ClosedError
 from . import _copy, _dlpack, _lib, memory as _memory
 from ._core import raise_for
 from ._layout import check_writable, may_self_overlap
+from .args import fill_value, int_tuple, shape_tuple
 from .device import as_device
 from .memory import DeviceBuffer, check_nbytes
 from .stream import as_stream, current_stream, order_before
@@ -31,19 +32,6 @@ __all__ = ["DeviceArray", "empty", "zeros", "full", "to_device", "byte_extent",
            "dlpack_is_cuda", "c_strides"]
 
 _HOST_MAX_COPY = 1 << 62
-
-
-def _normalize_shape(shape) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        dims = tuple(operator.index(s) for s in shape)
-    except TypeError:
-        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
-    for s in dims:
-        if s < 0:
-            raise ValueError(f"negative dimension {s} in shape {dims}")
-    return dims
 
 
 def c_strides(shape, itemsize) -> tuple[int, ...]:
@@ -145,10 +133,13 @@ class DeviceArray(_ArrayFields):
         ValueError
             The view would reach outside the buffer.
         """
-        dt = _dtypes.lookup(dtype)
-        shape = _normalize_shape(shape)
-        strides = c_strides(shape, dt.itemsize) if strides is None else tuple(
-            operator.index(s) for s in strides)
+        if type(buffer) is not DeviceBuffer:
+            raise TypeError(f"from_buffer: buffer must be a DeviceBuffer, not "
+                            f"{type(buffer).__name__}")
+        dt = _dtypes.lookup(dtype, "from_buffer: dtype")
+        shape = shape_tuple(shape, "from_buffer: shape")
+        strides = c_strides(shape, dt.itemsize) if strides is None else int_tuple(
+            strides, "from_buffer: strides", scalar=False)
         if len(strides) != len(shape):
             raise ValueError(f"strides {strides} do not match shape {shape}")
         lo, hi = byte_extent(shape, strides, dt.itemsize)
@@ -297,7 +288,8 @@ class DeviceArray(_ArrayFields):
         """A view with the axes permuted (reversed when none are given)."""
         self._check()
         if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = tuple(axes[0])
+            # None reverses the axes, as numpy's transpose(None) does.
+            axes = () if axes[0] is None else int_tuple(axes[0], "transpose: axes")
         if not axes:
             axes = tuple(range(self.ndim))[::-1]
         axes = tuple(operator.index(a) % self.ndim if self.ndim else a for a in axes)
@@ -322,9 +314,7 @@ class DeviceArray(_ArrayFields):
             The sizes differ, or the data is not C-contiguous (use ``.copy()`` first).
         """
         self._check()
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        shape = tuple(operator.index(s) for s in shape)
+        shape = int_tuple(shape[0] if len(shape) == 1 else shape, "reshape: shape")
         if shape.count(-1) > 1:
             raise ValueError("only one dimension can be -1")
         known = 1
@@ -358,7 +348,7 @@ class DeviceArray(_ArrayFields):
         (and, when growing, its byte length to divide evenly).
         """
         self._check()
-        dt = _dtypes.lookup(dtype)
+        dt = _dtypes.lookup(dtype, "view: dtype")
         old = self.itemsize
         if dt.itemsize == old:
             return DeviceArray._view(self._ptr, self._shape, self._strides, dt, self._device,
@@ -442,29 +432,31 @@ class DeviceArray(_ArrayFields):
         """
         dst_ptr = self._check()
         check_writable(self, "copy_: the destination")
+        if src is None:
+            raise TypeError("copy_: src is required (got None)")
         s = as_stream(stream, self._device)
         if type(src) is DeviceArray:
             other = src
         elif isinstance(src, np.ndarray) or not _is_device_array_like(src):
             host = np.asarray(src)
             if host.dtype != self._dtype:
-                raise TypeError(f"copy_ from {host.dtype} into {self._dtype}: dtypes must match "
-                                "(convert on the host with astype first)")
+                raise TypeError(f"copy_: src is {host.dtype}, this array {self._dtype}: dtypes "
+                                "must match (convert on the host with astype first)")
             if host.shape != self._shape:
                 try:
                     host = np.broadcast_to(host, self._shape)
                 except ValueError:
-                    raise ValueError(f"cannot copy an array of shape {host.shape} into one of "
-                                     f"shape {self._shape}") from None
+                    raise ValueError(f"copy_: src has shape {host.shape}, this array "
+                                     f"{self._shape}") from None
             _copy.h2d(self, dst_ptr, host, s, blocking)
             return self
         else:
             other = IMPORT[0](src, "copy_: src", s)
         if other._dtype != self._dtype:
-            raise TypeError(f"copy_ from {other._dtype} into {self._dtype}: dtypes must match")
+            raise TypeError(f"copy_: src is {other._dtype}, this array {self._dtype}: dtypes "
+                            "must match")
         if other._shape != self._shape:
-            raise ValueError(f"cannot copy an array of shape {other._shape} into one of shape "
-                             f"{self._shape}")
+            raise ValueError(f"copy_: src has shape {other._shape}, this array {self._shape}")
         src_ptr = other._check()
         if other._device is self._device and self.is_c_contiguous and other.is_c_contiguous:
             # The common case, without planning: one contiguous device-to-device copy.
@@ -495,15 +487,10 @@ class DeviceArray(_ArrayFields):
         """
         dst_ptr = self._check()
         check_writable(self, "fill: the array")
+        pattern = fill_value(value, self._dtype, "fill: value")
         s = as_stream(stream, self._device)
         if self.size == 0:
             return self
-        try:
-            pattern = np.array(value, dtype=self._dtype)
-        except (OverflowError, ValueError, TypeError) as exc:
-            raise ValueError(f"cannot fill a {self._dtype} array with {value!r}: {exc}") from None
-        if pattern.ndim:
-            raise ValueError("fill takes a scalar; use copy_ for arrays")
         if not self.is_c_contiguous:
             self.copy_(full(self._shape, pattern, device=self._device, stream=s), s)
             return self
@@ -715,8 +702,8 @@ def empty(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
         # Repeated (shape, dtype) pairs skip the parsing: the common case in a training loop.
         shape, dt, nbytes, strides = _EMPTY_LAYOUTS[shape, dtype]
     except (KeyError, TypeError):
-        dt = _dtypes.lookup(dtype)
-        shape_in, shape = shape, _normalize_shape(shape)
+        dt = _dtypes.lookup(dtype, "empty: dtype")
+        shape_in, shape = shape, shape_tuple(shape, "empty: shape")
         nbytes = _nbytes(shape, dt.itemsize)
         strides = c_strides(shape, dt.itemsize)
         if type(shape_in) is tuple and len(_EMPTY_LAYOUTS) < 4096:
@@ -747,14 +734,23 @@ _EMPTY_LAYOUTS: dict = {}
 
 def zeros(shape, dtype=np.float32, *, device=None, stream=None) -> DeviceArray:
     """A C-contiguous array of zeros (see :func:`empty`)."""
-    return empty(shape, dtype, device=device, stream=stream).fill(0, stream)
+    return empty(_shape_for("zeros", shape), dtype, device=device, stream=stream).fill(0, stream)
 
 
 def full(shape, value, dtype=None, *, device=None, stream=None) -> DeviceArray:
     """A C-contiguous array filled with ``value`` (dtype inferred from it if not given)."""
-    if dtype is None:
-        dtype = np.asarray(value).dtype
-    return empty(shape, dtype, device=device, stream=stream).fill(value, stream)
+    # Checked before any C call: numpy infers the dtype from the value unless given.
+    pattern = fill_value(value, None if dtype is None else
+                         _dtypes.lookup(dtype, "full: dtype").numpy, "full: value")
+    dt = _dtypes.lookup(pattern.dtype, "full: value of dtype")
+    return empty(_shape_for("full", shape), dt, device=device, stream=stream).fill(pattern,
+                                                                                    stream)
+
+
+def _shape_for(op: str, shape):
+    """``shape`` checked in ``op``'s name, a tuple as is (empty checks its entries): the
+    common case costs one type test."""
+    return shape if type(shape) is tuple else shape_tuple(shape, f"{op}: shape")
 
 
 def to_device(obj, dtype=None, *, device=None, stream=None) -> DeviceArray:
@@ -762,7 +758,12 @@ def to_device(obj, dtype=None, *, device=None, stream=None) -> DeviceArray:
 
     Non-contiguous and non-native-byte-order inputs are converted on the host first.
     """
+    if obj is None:
+        raise TypeError("to_device: obj is required (got None)")
     host = np.asarray(obj, dtype=dtype)
+    if host.dtype.kind in "OUS":
+        raise TypeError(f"to_device: obj is not numeric data (numpy makes it {host.dtype} "
+                        f"from a {type(obj).__name__})")
     if host.dtype.byteorder not in "=|" and not host.dtype.isnative:
         host = host.astype(host.dtype.newbyteorder("="))
     out = empty(host.shape, host.dtype, device=device, stream=stream)

@@ -421,4 +421,7 @@ def as_device(device) -> Device:
             raise ValueError(f"{device!r} is not a CUDA device")
         index = getattr(device, "index", None)
         return current_device() if index is None else Device(index)
+    if not hasattr(type(device), "__index__"):
+        raise TypeError(f"as_device: device must be a Device, an int ordinal or a torch.device, "
+                        f"not {type(device).__name__}")
     return Device(device)

@@ -322,7 +322,7 @@ class capture:
         if stream is None:
             raise ValueError("capture needs an explicit non-default stream "
                              "(cudalibs.Stream())")
-        s = as_stream(stream)
+        s = as_stream(stream, what="capture: stream")
         if s.is_default:
             raise ValueError("the default stream cannot be captured: use a cudalibs.Stream()")
         try:

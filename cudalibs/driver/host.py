@@ -16,6 +16,7 @@ from ..errors import ClosedError
 from . import _capture, _lib
 from ._core import init, raise_for
 from .device import as_device
+from .args import shape_tuple
 from .memory import check_nbytes
 
 __all__ = ["HostBuffer", "pinned_empty"]
@@ -57,7 +58,7 @@ class HostBuffer:
     __slots__ = ("_ptr", "_size", "_finalizer", "_views", "__weakref__")
 
     def __init__(self, nbytes: int, *, portable: bool = True, write_combined: bool = False):
-        nbytes = check_nbytes(nbytes)
+        nbytes = check_nbytes(nbytes, "HostBuffer: nbytes")
         refuse_in_capture("HostBuffer() (cuMemHostAlloc)", "allocate pinned memory before it")
         L = init()
         dev = as_device(None)
@@ -142,8 +143,6 @@ class HostBuffer:
 def pinned_empty(shape, dtype=np.float32) -> np.ndarray:
     """An uninitialised numpy array in pinned host memory."""
     dt = np.dtype(dtype)
-    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
+    shape = shape_tuple(shape, "pinned_empty: shape")
     n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
     return HostBuffer(n).numpy(dt, shape)

@@ -39,6 +39,7 @@ from .. import dtypes as _dtypes
 from . import _dlpack, _lib
 from . import array as _array
 from ._core import raise_for
+from .args import fill_value
 from .array import DeviceArray, byte_extent, c_strides, dlpack_is_cuda, empty
 from .device import Device, as_device
 from .stream import Stream, as_stream, order_before
@@ -57,24 +58,33 @@ _ADDRESS_END = 1 << 64
 
 def empty_like(a, dtype=None, *, device=None, stream=None) -> DeviceArray:
     """An uninitialised array with ``a``'s shape and dtype (C-contiguous)."""
-    a_shape, a_dtype, a_dev = _shape_dtype_device(a)
-    return empty(a_shape, a_dtype if dtype is None else dtype,
-                 device=a_dev if device is None else device, stream=stream)
+    return _like("empty_like", a, None, dtype, device, stream)
 
 
 def zeros_like(a, dtype=None, *, device=None, stream=None) -> DeviceArray:
-    return empty_like(a, dtype, device=device, stream=stream).fill(0, stream)
+    """An array of zeros with ``a``'s shape and dtype (C-contiguous)."""
+    return _like("zeros_like", a, 0, dtype, device, stream)
 
 
 def full_like(a, value, dtype=None, *, device=None, stream=None) -> DeviceArray:
-    return empty_like(a, dtype, device=device, stream=stream).fill(value, stream)
+    """An array with ``a``'s shape and dtype (C-contiguous), every element ``value``."""
+    return _like("full_like", a, value, dtype, device, stream, fill=True)
 
 
-def _shape_dtype_device(a):
+def _like(op, a, value, dtype, device, stream, fill=False) -> DeviceArray:
+    """The ``*_like`` constructors: ``a`` (a host or device array) and ``value`` checked in
+    ``op``'s name before any C call, then the new array, filled unless ``value`` is None and
+    ``fill`` is not set."""
     if isinstance(a, np.ndarray):
-        return a.shape, a.dtype, None
-    arr = asarray(a)
-    return arr.shape, arr.dtype, arr.device
+        shape, a_dtype, a_dev = a.shape, a.dtype, None
+    else:
+        arr = a if type(a) is DeviceArray else coerce(a, f"{op}: a", stream)
+        shape, a_dtype, a_dev = arr.shape, arr.dtype, arr.device
+    dt = _dtypes.lookup(a_dtype if dtype is None else dtype, f"{op}: dtype")
+    if value is not None or fill:
+        value = fill_value(value, dt.numpy, f"{op}: value")
+    out = empty(shape, dt, device=a_dev if device is None else device, stream=stream)
+    return out if value is None else out.fill(value, stream)
 
 
 def asarray(obj, *, device=None, stream=None) -> DeviceArray:
@@ -98,9 +108,9 @@ def asarray(obj, *, device=None, stream=None) -> DeviceArray:
         null pointer for a non-empty array, strides that split elements): see the module's
         notes.
     """
-    arr = obj if type(obj) is DeviceArray else coerce(obj, "asarray: the argument", stream)
+    arr = obj if type(obj) is DeviceArray else coerce(obj, "asarray: obj", stream)
     if device is not None and as_device(device) is not arr._device:
-        raise ValueError(f"asarray: the argument is on device {arr._device.ordinal}, not "
+        raise ValueError(f"asarray: obj is on device {arr._device.ordinal}, not "
                          f"{as_device(device).ordinal}")
     return arr
 
@@ -373,8 +383,8 @@ def from_dlpack(obj, *, stream=None) -> DeviceArray:
         The tensor is not in CUDA memory, or its dtype has no equivalent here.
     """
     if hasattr(obj, "__dlpack__"):
-        return _consume(_dlpack_capsule(obj, stream), obj, "from_dlpack")
-    return _consume(obj, None, "from_dlpack")
+        return _consume(_dlpack_capsule(obj, stream), obj, "from_dlpack: obj")
+    return _consume(obj, None, "from_dlpack: obj")
 
 
 def _dlpack_capsule(obj, stream):
@@ -397,8 +407,9 @@ def _consume(capsule, producer, what) -> DeviceArray:
     producer's deleter runs at once)."""
     try:
         imp = _dlpack.consume(capsule, MAX_NDIM)
-    except ValueError as exc:
-        raise ValueError(f"{what}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        # Not a capsule (None, any other object), or one already consumed.
+        raise type(exc)(f"{what}: {exc}") from None
     try:
         if imp.device_type not in (_dlpack.kDLCUDA, _dlpack.kDLCUDAManaged):
             raise TypeError(f"{what}: DLPack tensor is on device type {imp.device_type}, not "

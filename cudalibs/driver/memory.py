@@ -42,14 +42,17 @@ __all__ = ["DeviceBuffer", "MemoryPool", "alloc", "alloc_async", "CACHE_BLOCK_BY
 _MAX_BYTES = 2**62
 
 
-def check_nbytes(nbytes) -> int:
+def check_nbytes(nbytes, what: str = "size") -> int:
+    """``nbytes`` as an int, checked to be a byte count; ``what`` names it in messages
+    (``"alloc: nbytes"``)."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
-        raise TypeError(f"size must be an integer number of bytes, not {type(nbytes).__name__}")
+        raise TypeError(f"{what} must be an integer number of bytes, not "
+                        f"{type(nbytes).__name__}")
     nbytes = int(nbytes)
     if nbytes < 0:
-        raise ValueError(f"size must be non-negative, got {nbytes}")
+        raise ValueError(f"{what} must be non-negative, got {nbytes}")
     if nbytes > _MAX_BYTES:
-        raise ValueError(f"size {nbytes} bytes is beyond any device's memory")
+        raise ValueError(f"{what} {nbytes} bytes is beyond any device's memory")
     return nbytes
 
 
@@ -278,9 +281,11 @@ class DeviceBuffer:
 
         ``owner`` is kept alive as long as the buffer (the object that owns the memory).
         """
-        size = check_nbytes(size)
-        if not isinstance(ptr, int) or ptr < 0:
-            raise ValueError(f"invalid device pointer {ptr!r}")
+        size = check_nbytes(size, "from_handle: size")
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise TypeError(f"from_handle: ptr must be an int address, not {type(ptr).__name__}")
+        if ptr < 0:
+            raise ValueError(f"from_handle: ptr {ptr} is not a device address")
         return cls._make(ptr, size, as_device(device), owner=owner)
 
     @property
@@ -357,9 +362,10 @@ class DeviceBuffer:
     def memset(self, value: int, stream=None) -> "DeviceBuffer":
         """Set every byte to ``value`` (0..255), queued on ``stream``."""
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"memset takes an int byte value, not {type(value).__name__}")
+            raise TypeError(f"memset: value must be an int byte value, not "
+                            f"{type(value).__name__}")
         if not 0 <= value <= 255:
-            raise ValueError(f"memset value must be 0..255, not {value}")
+            raise ValueError(f"memset: value must be 0..255, not {value}")
         ptr = self.ptr
         s = as_stream(stream, self._device)
         if self._size:
@@ -376,14 +382,20 @@ class DeviceBuffer:
 
         Host sources are read before the call returns (a pinned one is waited for)."""
         dst = self.ptr
-        s = as_stream(stream, self._device)
+        host = None
         if isinstance(src, DeviceBuffer):
             src_ptr, nbytes, src_dev = src.ptr, src._size, src._device
         elif hasattr(src, "__cuda_array_interface__"):
             src_ptr, nbytes = _cai_bytes(src.__cuda_array_interface__)
             src_dev = None
         else:
-            host = np.frombuffer(memoryview(src).cast("B"), np.uint8)
+            try:
+                host = np.frombuffer(memoryview(src).cast("B"), np.uint8)
+            except TypeError:
+                raise TypeError(f"copy_from: src must be a DeviceBuffer, a device array or a "
+                                f"host buffer, not {type(src).__name__}") from None
+        s = as_stream(stream, self._device)
+        if host is not None:
             if host.nbytes != self._size:
                 raise ValueError(f"copy_from: the source has {host.nbytes} bytes, the buffer "
                                  f"{self._size}")
@@ -498,7 +510,7 @@ def alloc(nbytes: int, device=None) -> DeviceBuffer:
     CudaOutOfMemoryError
         The device cannot satisfy the request; the process and later allocations are fine.
     """
-    nbytes = check_nbytes(nbytes)
+    nbytes = check_nbytes(nbytes, "alloc: nbytes")
     dev = as_device(device)
     if nbytes == 0:
         return DeviceBuffer._make(0, 0, dev)
@@ -754,6 +766,7 @@ _device_mod.POOL_FACTORY.append(lambda dev: MemoryPool(dev, release_threshold=No
 
 def alloc_async(nbytes: int, stream=None, device=None) -> DeviceBuffer:
     """Stream-ordered allocation from the device's pool (see :meth:`MemoryPool.allocate`)."""
+    nbytes = check_nbytes(nbytes, "alloc_async: nbytes")
     if device is None:
         s = as_stream(stream)
         dev = s.device or as_device(None)

@@ -156,7 +156,8 @@ class Module(Resource):
         elif isinstance(src, (bytes, bytearray, memoryview)):
             text = bytes(src).split(b"\0", 1)[0].decode("utf-8", errors="replace")
         else:
-            raise TypeError(f"PTX must be str, bytes or a path, not {type(src).__name__}")
+            raise TypeError(f"from_ptx: src must be PTX text (str or bytes) or a path, not "
+                            f"{type(src).__name__}")
         if ".entry" not in text and ".version" not in text:
             raise ValueError("this is not PTX (no .version directive and no .entry)")
         isa = _params.ptx_version(text)
@@ -178,7 +179,7 @@ class Module(Resource):
         src : bytes or os.PathLike
             The image, or a path to it (also a ``str`` ending in ``.cubin``).
         """
-        image, label = cls._binary(src, (".cubin",), b"\x7fELF", "CUBIN")
+        image, label = cls._binary(src, (".cubin",), b"\x7fELF", "CUBIN", "from_cubin")
         return cls._load(image, "cubin", device, jit_options, {}, label, None)
 
     @classmethod
@@ -190,20 +191,22 @@ class Module(Resource):
         src : bytes or os.PathLike
             The image, or a path to it (also a ``str`` ending in ``.fatbin``).
         """
-        image, label = cls._binary(src, (".fatbin", ".fatbinary"), None, "fatbin")
+        image, label = cls._binary(src, (".fatbin", ".fatbinary"), None, "fatbin",
+                                   "from_fatbin")
         return cls._load(image, "fatbin", device, jit_options, {}, label, None)
 
     @staticmethod
-    def _binary(src, suffixes, magic, what):
+    def _binary(src, suffixes, magic, what, op):
         label = f"<{what}>"
         if isinstance(src, os.PathLike) or (isinstance(src, str) and _is_path_str(src, suffixes)):
             label = os.fspath(src)
             src = _read_path(src, what)
         if isinstance(src, str):
-            raise TypeError(f"a {what} is binary: pass bytes or a path ending in "
-                            f"{' or '.join(suffixes)}")
+            raise TypeError(f"{op}: src is a str, but a {what} is binary: pass bytes or a path "
+                            f"ending in {' or '.join(suffixes)}")
         if not isinstance(src, (bytes, bytearray, memoryview)):
-            raise TypeError(f"{what} must be bytes or a path, not {type(src).__name__}")
+            raise TypeError(f"{op}: src must be {what} bytes or a path, not "
+                            f"{type(src).__name__}")
         image = bytes(src)
         if not image:
             raise ValueError(f"empty {what} image")

@@ -38,19 +38,21 @@ raise_for.__doc__ = """Raise :class:`~cudalibs.errors.NvrtcError` for ``status``
 ``extra`` (the compiler log, where there is one) becomes the error's ``detail``."""
 
 
-def version() -> tuple[int, int]:
+def version() -> tuple[int, int, int]:
     """The version of the loaded NVRTC library.
 
     Returns
     -------
     tuple of int
-        ``(major, minor)``, for example ``(13, 0)``.
+        ``(major, minor, patch)`` like every library's ``version()``, for example
+        ``(13, 0, 0)``.  ``nvrtcVersion`` reports no patch level, so it is always 0; NVRTC
+        has no single-integer form either, so there is no ``version_int()``.
     """
     major, minor = ctypes.c_int(), ctypes.c_int()
     st = _lib.get().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     if st:
         raise_for(st, "nvrtcVersion")
-    return major.value, minor.value
+    return major.value, minor.value, 0
 
 
 def supported_archs() -> tuple[int, ...]:
@@ -170,7 +172,8 @@ class Target(NamedTuple):
     ----------
     kind : {"ptx", "cubin"}
     arch : str
-        ``"compute_90"`` for PTX, ``"sm_90"`` for a CUBIN.
+        ``"compute_90"`` for PTX, ``"sm_90"`` for a CUBIN; with the suffix of an ``arch``
+        asked for as ``"sm_90a"`` or ``"sm_100f"``, ``"compute_90a"`` / ``"sm_90a"``.
     reason : str
         Why this target, for messages and tests.
     """
@@ -194,7 +197,8 @@ def choose_target(nvrtc_version: tuple[int, int], driver_cuda: tuple[int, int],
 
     Parameters
     ----------
-    nvrtc_version, driver_cuda : (major, minor)
+    nvrtc_version, driver_cuda : tuple of int
+        (major, minor), or the (major, minor, patch) of :func:`version`.
     cc : (major, minor)
         The target device's compute capability.
     supported : sequence of int
@@ -210,26 +214,80 @@ def choose_target(nvrtc_version: tuple[int, int], driver_cuda: tuple[int, int],
         return Target("ptx", f"compute_{max(below)}",
                       f"NVRTC does not know sm_{want}; PTX for compute_{max(below)}, JITted "
                       "forward by the driver")
-    if tuple(nvrtc_version) > tuple(driver_cuda):
+    # (major, minor) of each: NVRTC's version() carries a patch level of 0 the driver's lacks.
+    if tuple(nvrtc_version)[:2] > tuple(driver_cuda)[:2]:
         return Target("cubin", f"sm_{want}",
                       f"NVRTC {nvrtc_version[0]}.{nvrtc_version[1]} is newer than the driver "
                       f"(CUDA {driver_cuda[0]}.{driver_cuda[1]}), which would reject its PTX")
     return Target("ptx", f"compute_{want}", "the driver loads this NVRTC's PTX")
 
 
+def _parse_arch(arch) -> tuple[tuple[int, int], str]:
+    """``"sm_90a"`` -> ``((9, 0), "a")``; ``"compute_100f"``, ``"90"``, ``90``, ``(9, 0)`` alike.
+
+    The suffix is ``""``, ``"a"`` (architecture-specific features such as ``wgmma``) or
+    ``"f"`` (features of an architecture family); it is kept because it changes what the
+    compiler accepts and which devices can load the result.
+    """
+    if isinstance(arch, tuple) and len(arch) == 2:
+        try:
+            major, minor = int(arch[0]), int(arch[1])
+        except (TypeError, ValueError):
+            major = minor = -1
+        if major >= 1 and 0 <= minor <= 9:
+            return (major, minor), ""
+    elif isinstance(arch, (str, int)) and not isinstance(arch, bool):
+        text = str(arch).lower()
+        for prefix in ("sm_", "compute_"):
+            text = text.removeprefix(prefix)
+        suffix = text[-1:] if text[-1:] in ("a", "f") else ""
+        digits = text[:len(text) - len(suffix)]
+        if digits.isdigit() and len(digits) >= 2:
+            n = int(digits)
+            return (n // 10, n % 10), suffix
+    raise ValueError(f"arch must look like 'sm_90', 'sm_90a', 'compute_100f', 90 or (9, 0), "
+                     f"not {arch!r}")
+
+
 def _arch_cc(arch) -> tuple[int, int]:
     """``"sm_90"``, ``"compute_90"``, ``"90"``, ``90`` or ``(9, 0)`` -> ``(9, 0)``."""
-    if isinstance(arch, tuple) and len(arch) == 2:
-        return int(arch[0]), int(arch[1])
-    text = str(arch).lower()
-    for prefix in ("sm_", "compute_"):
-        text = text.removeprefix(prefix)
-    text = text.rstrip("af")  # sm_90a / sm_100f: family suffixes keep the base capability
-    if not text.isdigit() or len(text) < 2:
-        raise ValueError(f"arch must look like 'sm_90', 'compute_90', 90 or (9, 0), "
-                         f"not {arch!r}")
-    n = int(text)
-    return n // 10, n % 10
+    return _parse_arch(arch)[0]
+
+
+def _unsupported(arch, nv: tuple[int, int], supported: Sequence[int], why: str = "") -> str:
+    """The message refusing ``arch``: what this NVRTC compiles for instead."""
+    names = ", ".join(f"sm_{a}" for a in supported)
+    return (f"NVRTC {nv[0]}.{nv[1]} cannot compile for arch={arch!r}{why}; it supports "
+            f"{names} (also spelled compute_XX, and sm_XXa / sm_XXf where that architecture "
+            "has such a variant)")
+
+
+def _check_arch(arch, cc: tuple[int, int], nv: tuple[int, int],
+                supported: Sequence[int]) -> None:
+    """Refuse an explicit ``arch`` this NVRTC does not know.
+
+    Without this, an unknown architecture would fall back to the newest one NVRTC knows (the
+    right thing for a device newer than the compiler, see :func:`choose_target`, but not for a
+    target the caller named: ``sm_999`` would quietly give PTX for ``compute_121``).
+    """
+    if cc[0] * 10 + cc[1] not in supported:
+        raise ValueError(_unsupported(arch, nv, supported))
+
+
+def _check_variant(arch, option: str, nv: tuple[int, int], supported: Sequence[int]) -> None:
+    """After a failed compile for a suffixed ``arch``: raise ValueError if NVRTC refuses the
+    architecture itself (``sm_80a``: no such variant), so that the error names the argument
+    rather than the source.
+
+    NVRTC lists only numeric architectures, so which of them have an ``a`` or ``f`` variant is
+    learnt by compiling an empty program for it, and only once a compile has failed: a
+    successful one needs no such check.
+    """
+    try:
+        _compile_raw("", "arch.cu", [f"-arch={option}"], "ptx")
+    except NvrtcError:
+        raise ValueError(_unsupported(arch, nv, supported, f" (it refuses -arch={option})")) \
+            from None
 
 
 def cuda_include_dirs() -> tuple[str, ...]:
@@ -349,7 +407,7 @@ class Compiled(NamedTuple):
 def _check_arguments(source, name_expressions, options, include_dirs, name, target) -> None:
     """Raise TypeError / ValueError for arguments no compile can take; loads no library."""
     if not isinstance(source, str):
-        raise TypeError(f"source must be a str, not {type(source).__name__}")
+        raise TypeError(f"compile: source must be a str, not {type(source).__name__}")
     for what, seq in (("options", options), ("name_expressions", name_expressions),
                       ("include_dirs", include_dirs)):
         if isinstance(seq, (str, bytes)):
@@ -379,12 +437,30 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     :func:`compile`.
     """
     _check_arguments(source, name_expressions, options, include_dirs, name, target)
-    cc = _arch_cc(arch)
-    nv = version()
-    tgt = choose_target(nv, tuple(driver_cuda), cc, supported_archs())
+    return _build(source, name_expressions, options, arch, include_dirs, name, cache,
+                  tuple(driver_cuda), target, named=True)
+
+
+def _build(source, name_expressions, options, arch, include_dirs, name, cache, driver_cuda,
+           target, named: bool) -> Compiled:
+    """:func:`build` on checked arguments.
+
+    ``named`` says the caller chose ``arch``: then an architecture NVRTC does not know is
+    refused, where a device's own (``named=False``) falls back as :func:`choose_target` says.
+    """
+    cc, suffix = _parse_arch(arch)
+    nv = version()[:2]      # (major, minor): what the targets and the cache keys depend on
+    supported = supported_archs()
+    if named:
+        _check_arch(arch, cc, nv, supported)
+    tgt = choose_target(nv, driver_cuda, cc, supported)
     if target is not None and target != tgt.kind:
         want = cc[0] * 10 + cc[1]
         tgt = Target(target, f"{'sm' if target == 'cubin' else 'compute'}_{want}", "requested")
+    if suffix:
+        # choose_target picks between PTX and a CUBIN by the base capability; the suffix then
+        # names the variant of that architecture (compute_90a / sm_90a) NVRTC is to target.
+        tgt = tgt._replace(arch=tgt.arch + suffix)
     opts = [f"-arch={tgt.arch}"]
     user = list(options)
     if not any(o.startswith(("-std", "--std")) for o in user):
@@ -402,7 +478,13 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
             compile_cache.note_uncached(name, why)
     entry, cached = compile_cache.lookup(key) if key else (None, "")
     if entry is None:
-        image, ptx, lowered, _log = _compile_program(source, name, opts, name_expressions, tgt)
+        try:
+            image, ptx, lowered, _log = _compile_program(source, name, opts, name_expressions,
+                                                         tgt)
+        except NvrtcError:
+            if suffix:
+                _check_variant(arch, tgt.arch, nv, supported)
+            raise
         entry = (tgt.kind, image, ptx, lowered)
         if key:
             compile_cache.store(key, entry)
@@ -431,7 +513,10 @@ def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence
         a ``-std`` is given (the CCCL headers need C++17).
     arch : str, int or tuple, optional
         Target architecture (``"sm_90"``, ``90``, ``(9, 0)``); the module's device's by
-        default.
+        default.  An ``a`` or ``f`` suffix (``"sm_90a"``, ``"sm_100f"``) is kept: NVRTC then
+        targets ``compute_90a`` (or ``sm_90a`` for a CUBIN), which allows that architecture's
+        own instructions (``wgmma``), and the PTX says ``.target sm_90a``.  An architecture
+        this NVRTC does not compile for (:func:`supported_archs`) is refused.
     include_dirs : sequence of str
         Searched before the CUDA headers, which are found with ``cuda.pathfinder`` so that
         ``#include <cuda_fp16.h>`` and ``<cuda_bf16.h>`` work.
@@ -470,7 +555,8 @@ def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence
     ------
     TypeError, ValueError
         Arguments no compile can take (``source`` not a str, a malformed ``arch``), raised
-        before any library is loaded.
+        before any library is loaded; ValueError also for an ``arch`` NVRTC does not compile
+        for (``"sm_999"``, ``"sm_80a"``), its message listing the architectures it does.
     NvrtcError
         The source does not compile; ``detail`` holds the full compiler log.
     LibraryNotFoundError
@@ -486,18 +572,19 @@ def compile(source: str, name_expressions: Sequence[str] = (), options: Sequence
     _check_arguments(source, name_expressions, options, include_dirs, name, target)
     if arch is None:
         dev = _device.as_device(device)
-        cc = dev.compute_capability
+        arch = dev.compute_capability
         driver = _core.driver_version()
     else:
-        cc = _arch_cc(arch)
+        _parse_arch(arch)       # a malformed arch fails before any library is loaded
         dev = None
         try:
             driver = _core.driver_version()
         except LibraryNotFoundError:
             driver = None
-    built = build(source, name_expressions, options, cc, include_dirs, name, cache,
-                  # without a driver, the output a driver as new as this NVRTC would load
-                  driver_cuda=driver if driver is not None else version(), target=target)
+    built = _build(source, name_expressions, options, arch, include_dirs, name, cache,
+                   # without a driver, the output a driver as new as this NVRTC would load
+                   driver if driver is not None else version(), target,
+                   named=dev is None)
     text = built.ptx.decode("utf-8", errors="replace")
     entries = _params.parse_entries(text)
     isa = _params.ptx_version(text) if built.kind == "ptx" else None

@@ -153,13 +153,18 @@ class Stream(_StreamFields):
         owner : object, optional
             Kept alive as long as the returned Stream (the foreign stream object).
         """
+        return cls._foreign(handle, device, owner, "from_handle: handle")
+
+    @classmethod
+    def _foreign(cls, handle, device, owner, what: str) -> "Stream":
+        """:meth:`from_handle`, naming the argument ``what`` in messages."""
         if not isinstance(handle, int):
             obj = handle
-            handle = _handle_of(obj)
+            handle = _handle_of(obj, what)
             if owner is None:
                 owner = obj
         if handle < 0:
-            raise ValueError(f"invalid stream handle {handle}")
+            raise ValueError(f"{what} {handle} is not a stream handle")
         if handle in (0, 1):  # CAI and DLPack spell the legacy default stream 1
             return default_stream() if device is None else cls._wrap(0, as_device(device), owner)
         if device is None and handle != 2:
@@ -311,7 +316,7 @@ class Stream(_StreamFields):
         return f"<Stream{owned} {what}{dev}{state}>"
 
 
-def _handle_of(obj) -> int:
+def _handle_of(obj, what: str) -> int:
     proto = getattr(obj, "__cuda_stream__", None)
     if proto is not None:
         version, handle = proto() if callable(proto) else proto
@@ -320,8 +325,8 @@ def _handle_of(obj) -> int:
         v = getattr(obj, attr, None)
         if isinstance(v, int):
             return v
-    raise TypeError(f"{type(obj).__name__} is not a stream: it has no __cuda_stream__, "
-                    "cuda_stream or ptr")
+    raise TypeError(f"{what} is a {type(obj).__name__}, not a stream: it has no "
+                    "__cuda_stream__, cuda_stream or ptr")
 
 
 def _device_of_stream(handle: int) -> Device | None:
@@ -372,8 +377,12 @@ def current_stream() -> Stream:
     return default_stream()
 
 
-def as_stream(stream, device: Device | None = None) -> Stream:
+def as_stream(stream, device: Device | None = None, *, what: str = "as_stream: stream"
+              ) -> Stream:
     """Resolve a ``stream=`` argument and check it may be used with ``device``.
+
+    ``what`` names the argument in messages, as the caller's own messages do
+    (``"capture: stream"``).  None is the current stream.
 
     Raises
     ------
@@ -388,7 +397,7 @@ def as_stream(stream, device: Device | None = None) -> Stream:
     elif type(stream) is Stream:
         s = stream
     else:
-        s = Stream.from_handle(stream)
+        s = Stream._foreign(stream, None, None, what)
     if not s._alive[0]:
         raise ClosedError("Stream is closed")
     if device is not None and s._device is not None and s._device is not device:

@@ -25,8 +25,8 @@ def _layout_input(op, x, ndim, stream):
     x = array(x, op, "x", ndim=ndim, stream=stream)
     item = x.dtype.itemsize
     if item not in (2, 4, 8):
-        raise TypeError(f"{op}: {x.dtype} has {item}-byte elements; supported: any 2-, 4- "
-                        "or 8-byte type")
+        raise TypeError(f"{op}: x is {x.dtype}, of {item}-byte elements; supported: any 2-, "
+                        "4- or 8-byte type")
     return x
 
 

@@ -17,10 +17,10 @@ Importing this package loads nothing.
 >>> nccl.close_all(comms)                                              # doctest: +SKIP
 """
 
-from ._base import NcclTimeoutError, unique_id_bytes, version, version_tuple
+from ._base import NcclTimeoutError, unique_id_bytes, version, version_int, version_tuple
 from .bootstrap import UniqueId
 from .comm import OPS, Communicator, close_all
 from .group import group
 
-__all__ = ["version", "version_tuple", "unique_id_bytes", "UniqueId", "Communicator",
-           "NcclTimeoutError", "group", "close_all", "OPS"]
+__all__ = ["version", "version_int", "version_tuple", "unique_id_bytes", "UniqueId",
+           "Communicator", "NcclTimeoutError", "group", "close_all", "OPS"]

@@ -17,7 +17,7 @@ from .. import _ffi
 from ..errors import NcclError
 from . import _lib
 
-__all__ = ["raise_for", "version", "version_tuple", "unique_id_bytes", "new_config",
+__all__ = ["raise_for", "version", "version_int", "version_tuple", "unique_id_bytes", "new_config",
            "IN_PROGRESS", "NcclTimeoutError", "comm_last_error", "abort_raw", "poll",
            "check_int", "check_ranks", "check_timeout"]
 
@@ -41,14 +41,29 @@ raise_for.__doc__ = """Raise :class:`~cudalibs.errors.NcclError` for ``status`` 
 The error's ``detail`` is ``ncclGetLastError(NULL)``."""
 
 
-def version() -> int:
-    """The version of the loaded NCCL library, as NCCL encodes it.
+def version() -> tuple[int, int, int]:
+    """The version of the loaded NCCL library.
+
+    Returns
+    -------
+    tuple of int
+        ``(major, minor, patch)``, for example ``(2, 28, 9)``.
+    """
+    code = version_int()
+    if code >= 10000:  # NCCL_VERSION(X, Y, Z) for anything after 2.8
+        return _ffi.encoded_version(code)
+    return _ffi.encoded_version(code, 1000)
+
+
+def version_int() -> int:
+    """The version of the loaded NCCL library as one number, as NCCL encodes it.
 
     Returns
     -------
     int
-        ``NCCL_VERSION_CODE`` of the library: ``major * 10000 + minor * 100 + patch`` since
-        2.9 (``22809`` for 2.28.9), ``major * 1000 + minor * 100 + patch`` before.
+        ``NCCL_VERSION_CODE`` of the library (``ncclGetVersion``): ``major * 10000 + minor *
+        100 + patch`` since 2.9 (``22809`` for 2.28.9), ``major * 1000 + minor * 100 + patch``
+        before.
     """
     code = ctypes.c_int()
     st = _lib.get().ncclGetVersion(ctypes.byref(code))
@@ -57,18 +72,7 @@ def version() -> int:
     return code.value
 
 
-def version_tuple() -> tuple[int, int, int]:
-    """The version of the loaded NCCL library.
-
-    Returns
-    -------
-    tuple of int
-        ``(major, minor, patch)``, for example ``(2, 28, 9)``.
-    """
-    code = version()
-    if code >= 10000:  # NCCL_VERSION(X, Y, Z) for anything after 2.8
-        return code // 10000, code % 10000 // 100, code % 100
-    return code // 1000, code % 1000 // 100, code % 100
+version_tuple = _ffi.renamed(version, "nccl.version_tuple()", "nccl.version()")
 
 
 def unique_id_bytes() -> bytes:
@@ -127,14 +131,15 @@ def check_int(value, what: str) -> int:
     return int(value)
 
 
-def check_ranks(nranks, rank) -> tuple[int, int]:
-    """``(nranks, rank)`` checked: at least one rank, ``0 <= rank < nranks``."""
-    nranks = check_int(nranks, "nranks")
-    rank = check_int(rank, "rank")
+def check_ranks(nranks, rank, op: str, size_name: str = "nranks") -> tuple[int, int]:
+    """``(nranks, rank)`` checked: at least one rank, ``0 <= rank < nranks``; messages in
+    ``op``'s name, the size under its parameter's name ``size_name``."""
+    nranks = check_int(nranks, f"{op}: {size_name}")
+    rank = check_int(rank, f"{op}: rank")
     if nranks < 1:
-        raise ValueError(f"nranks must be at least 1, got {nranks}")
+        raise ValueError(f"{op}: {size_name} must be at least 1, got {nranks}")
     if not 0 <= rank < nranks:
-        raise ValueError(f"rank {rank} is out of range for {nranks} rank(s)")
+        raise ValueError(f"{op}: rank {rank} is out of range for {nranks} rank(s)")
     return nranks, rank
 
 

@@ -30,8 +30,8 @@ from ..errors import CudaLibsError
 from . import _base, _lib
 from ._base import check_ranks, check_timeout
 
-__all__ = ["UniqueId", "from_store", "from_mpi", "local_rank_from_env", "default_device",
-           "DEFAULT_STORE_KEY"]
+__all__ = ["UniqueId", "id_bytes", "from_store", "from_mpi", "local_rank_from_env",
+           "default_device", "DEFAULT_STORE_KEY"]
 
 #: The prefix of the store keys :func:`from_store` uses unless told otherwise.
 DEFAULT_STORE_KEY = "cudalibs/nccl/uid"
@@ -69,22 +69,12 @@ class UniqueId:
         if data is None:
             self._bytes = _base.unique_id_bytes()
             return
-        if isinstance(data, UniqueId):
-            self._bytes = data._bytes
-            return
-        if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"a unique id is {_lib.NCCL_UNIQUE_ID_BYTES} bytes, not "
-                            f"{type(data).__name__}")
-        data = bytes(data)
-        if len(data) != _lib.NCCL_UNIQUE_ID_BYTES:
-            raise ValueError(f"a unique id is {_lib.NCCL_UNIQUE_ID_BYTES} bytes, got "
-                             f"{len(data)}")
-        self._bytes = data
+        self._bytes = id_bytes(data, "UniqueId: data")
 
     @classmethod
     def from_bytes(cls, data) -> "UniqueId":
         """The id whose raw bytes are ``data`` (as ``bytes(uid)`` or :attr:`bytes` gives)."""
-        return cls(data)
+        return cls(id_bytes(data, "from_bytes: data"))
 
     @property
     def bytes(self) -> bytes:
@@ -147,6 +137,26 @@ def _mpi_local_rank(mpi_comm, rank: int) -> int:
     return rank if local is None else local
 
 
+def id_bytes(data, what: str) -> bytes:
+    """The 128 bytes of a unique id given as an argument, a :class:`UniqueId` or those bytes,
+    checked before any C call; ``what`` names it in messages (``"Communicator: uid"``).
+
+    Raises
+    ------
+    TypeError
+        ``data`` is None, a str, or neither a UniqueId nor bytes-like.
+    ValueError
+        ``data`` is not exactly 128 bytes long.
+    """
+    if isinstance(data, UniqueId):
+        return data._bytes
+    if data is None:
+        raise TypeError(f"{what} is required (got None)")
+    if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be a UniqueId or its {_lib.NCCL_UNIQUE_ID_BYTES} bytes, "
+                        f"not {type(data).__name__}")
+    return _id_bytes(bytes(data), what)
+
 # -- the two exchanges ----------------------------------------------------------------------------
 def from_store(cls, store, rank: int, world_size: int, device=None, *,
                key: str = DEFAULT_STORE_KEY, blocking: bool = True,
@@ -191,7 +201,7 @@ def from_store(cls, store, rank: int, world_size: int, device=None, *,
     TimeoutError
         Rank 0's id did not arrive within ``timeout`` seconds.
     """
-    world_size, rank = check_ranks(world_size, rank)
+    world_size, rank = check_ranks(world_size, rank, "from_store", "world_size")
     timeout = check_timeout(timeout, bool(blocking))
     deadline = None if timeout is None else time.monotonic() + timeout
     _check_store(store, timeout)
@@ -225,9 +235,9 @@ def _check_store(store, timeout) -> None:
     need = ["set", "get", "add"]
     missing = [m for m in need if not callable(getattr(store, m, None))]
     if missing:
-        raise TypeError(f"store must have {', '.join(m + '()' for m in need)} methods "
-                        f"(a torch.distributed store has them); {type(store).__name__} lacks "
-                        f"{', '.join(m + '()' for m in missing)}")
+        raise TypeError(f"from_store: store must have {', '.join(m + '()' for m in need)} "
+                        f"methods (a torch.distributed store has them); {type(store).__name__} "
+                        f"lacks {', '.join(m + '()' for m in missing)}")
     if timeout is not None and not (callable(getattr(store, "check", None))
                                     or callable(getattr(store, "wait", None))):
         raise TypeError(f"timeout needs a store with check() or wait(); "
@@ -310,7 +320,8 @@ def from_mpi(cls, mpi_comm, device=None, *, blocking: bool = True,
     """
     timeout = check_timeout(timeout, bool(blocking))
     if not callable(getattr(mpi_comm, "Bcast", None)):
-        raise TypeError(f"mpi_comm must have a Bcast() method (an mpi4py communicator); "
+        raise TypeError(f"from_mpi: mpi_comm must have a Bcast() method (an mpi4py "
+                        "communicator); "
                         f"{type(mpi_comm).__name__} has not")
     rank, size = int(mpi_comm.Get_rank()), int(mpi_comm.Get_size())
     buf = bytearray(_lib.NCCL_UNIQUE_ID_BYTES)

@@ -27,7 +27,7 @@ _version_cache: list = []
 
 def _version() -> tuple[int, int, int]:
     if not _version_cache:
-        _version_cache.append(_base.version_tuple())
+        _version_cache.append(_base.version())
     return _version_cache[0]
 
 

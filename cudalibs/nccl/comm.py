@@ -32,6 +32,7 @@ import warnings
 import numpy as np
 
 from .._ffi import Resource
+from ..driver.args import sequence
 from ..driver.device import Device, as_device
 from ..driver.stream import as_stream
 from ..errors import ClosedError, CudaLibsError, NcclError
@@ -44,7 +45,7 @@ from ._base import check_ranks as _check_ranks
 from ._base import check_timeout as _check_timeout
 from ._base import comm_last_error as _last_error
 from ._base import poll as _poll
-from .bootstrap import UniqueId
+from .bootstrap import UniqueId, id_bytes
 from .collectives import OPS, Collectives
 from .group import group
 from .group import in_group as _in_group
@@ -106,8 +107,8 @@ class Communicator(Collectives, Resource):
 
     def __init__(self, nranks: int, rank: int, uid, device=None, *, blocking: bool = True,
                  timeout: float | None = None):
-        nranks, rank = _check_ranks(nranks, rank)
-        uid = uid if isinstance(uid, UniqueId) else UniqueId(uid)
+        nranks, rank = _check_ranks(nranks, rank, "Communicator")
+        uid = uid if isinstance(uid, UniqueId) else UniqueId(id_bytes(uid, "Communicator: uid"))
         timeout = _check_timeout(timeout, bool(blocking))
         dev = as_device(device)
         L = _lib.get()
@@ -212,7 +213,7 @@ class Communicator(Collectives, Resource):
         """
         if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
             devices = range(int(devices))
-        devs = [as_device(d) for d in devices]
+        devs = [as_device(d) for d in sequence(devices, "init_all: devices", "devices")]
         if not devs:
             raise ValueError("init_all needs at least one device")
         if len(set(d.ordinal for d in devs)) != len(devs):
@@ -615,6 +616,11 @@ def close_all(comms) -> None:
     Their finalizes run in one :func:`group`, since each waits for its peers, which live in
     this same thread.
     """
+    comms = sequence(comms, "close_all: comms", "Communicators")
+    for c in comms:
+        if not isinstance(c, Communicator):
+            raise TypeError(f"close_all: comms must hold Communicators, not "
+                            f"{type(c).__name__}")
     comms = [c for c in comms if not c.closed]
     if not comms:
         return

@@ -135,16 +135,28 @@ class PlanCache:
         self.misses = 0
         self.evictions = 0
 
+    def __call__(self) -> "PlanCache":
+        """The cache itself, so that ``cudalibs.plan_cache()`` reads like
+        ``cudalibs.tuning_store()``, the other process-wide store.
+
+        Returns
+        -------
+        PlanCache
+            ``self``.
+        """
+        return self
+
     @staticmethod
     def _check_size(n) -> int:
         if isinstance(n, bool):
-            raise TypeError(f"maxsize must be an int, not {n!r}")
+            raise TypeError(f"PlanCache.maxsize must be an int, not {n!r}")
         try:
             n = operator.index(n)
         except TypeError:
-            raise TypeError(f"maxsize must be an int, not {type(n).__name__} {n!r}") from None
+            raise TypeError(f"PlanCache.maxsize must be an int, not {type(n).__name__} {n!r}"
+                            ) from None
         if n < 1:
-            raise ValueError(f"maxsize must be >= 1, got {n}")
+            raise ValueError(f"PlanCache.maxsize must be >= 1, got {n}")
         return n
 
     @property
@@ -305,7 +317,8 @@ def _kind_name(key) -> str:
     return k.name if isinstance(k, KeyKind) else str(k)
 
 
-#: The one plan cache of the one-shot functions (also ``cudalibs.plan_cache``).
+#: The one plan cache of the one-shot functions (``cudalibs.plan_cache()``, which is the cache
+#: itself, so ``cudalibs.plan_cache.info()`` reads it too).
 cache = PlanCache()
 
 

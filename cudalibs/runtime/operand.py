@@ -103,22 +103,45 @@ def operand(x, name: str, op: str | None = None, *, device=None, dtypes=None, nd
     return arr
 
 
-def operands(op: str | None, *named, stream=None, written=()):
+def operands(op: str | None, *named, stream=None, written=(), required: int = 0):
     """:func:`operand` of each ``(x, name)`` pair, all on the first one's device.
 
-    A pair whose ``x`` is None gives None (an optional operand left out).  The operands the
-    call writes -- those named ``out`` or ``out[i]``, and those named in ``written`` -- are
-    checked as :func:`operand` checks a written one.
+    The first ``required`` pairs are the call's required operands: None there raises
+    ``TypeError("<op>: <name> is required (got None)")``, the message :func:`operand` gives.
+    A later pair whose ``x`` is None gives None (an optional operand left out).  The operands
+    the call writes -- those named ``out`` or ``out[i]``, and those named in ``written`` --
+    are checked as :func:`operand` checks a written one.
+
+    Parameters
+    ----------
+    op : str or None
+        The operation's name, for messages.
+    *named : (array-like or None, str)
+        Each operand and its parameter's name.
+    stream : Stream, optional
+        As for :func:`operand`.
+    written : container of str, default ()
+        Names of further operands the call writes.
+    required : int, default 0
+        How many of the first pairs the call requires.
 
     Returns
     -------
     tuple
         ``(array_or_None, ..., device)``.
+
+    Raises
+    ------
+    TypeError, ValueError, ClosedError
+        As :func:`operand`, for the first operand that fails.
     """
     out = []
     dev = None
     for x, name in named:
         if x is None:
+            # Only a None pays for this test: the common path is untouched.
+            if len(out) < required:
+                raise TypeError(f"{_what(op, name)} is required (got None)")
             out.append(None)
             continue
         a = x if type(x) is DeviceArray else coerce(x, _what(op, name), stream)

@@ -134,8 +134,7 @@ class StepGraph(Resource):
 
     def __init__(self, fn: Callable, *inputs, stream=None, warmup: int = 1, device=None,
                  mode: str = "thread_local"):
-        if not callable(fn):
-            raise TypeError(f"StepGraph: fn must be callable, not {type(fn).__name__}")
+        _check_callable(fn, "StepGraph")
         if type(warmup) is not int or warmup < 1:
             # The warm-up finds the plans and workspaces the capture cannot make, and tells
             # the outputs' shapes, so that their buffers exist before the capture.
@@ -285,7 +284,14 @@ class StepGraph(Resource):
                 f"device {self._device.ordinal}>")
 
 
+def _check_callable(fn, op: str) -> None:
+    """Refuse an ``fn`` that cannot be called, in ``op``'s name, before any capture."""
+    if not callable(fn):
+        raise TypeError(f"{op}: fn must be callable, not {type(fn).__name__}")
+
+
 def capture_step(fn: Callable, *inputs, stream=None, warmup: int = 1, device=None,
                  mode: str = "thread_local") -> StepGraph:
     """Capture ``fn(*inputs)`` into a replayable :class:`StepGraph` (see there)."""
+    _check_callable(fn, "capture_step")
     return StepGraph(fn, *inputs, stream=stream, warmup=warmup, device=device, mode=mode)

@@ -16,9 +16,14 @@ What is here:
 
 - ``TOLERANCES`` and :func:`assert_close`: one relative error for the whole array,
   ``‖actual − expected‖ / ‖expected‖`` in float64, against a tolerance chosen by element type
-  (or by compute mode, ``compute="tf32"``). A norm-wise error is what the error analysis of
-  GEMM, convolution and reductions bounds; an element-wise ``rtol`` fails on the cancellations
-  that any reordering of a sum produces.
+  (or by compute mode, ``compute="tf32"``), and an element-wise bound of 10 times that
+  tolerance relative to ``|expected_i|`` plus a floor (the RMS of ``expected``, or a
+  ``scale=`` such as ``|A| @ |B|``). A norm-wise error is what the error analysis of GEMM,
+  convolution and reductions bounds, and a plain element-wise ``rtol`` would fail on the
+  cancellations that any reordering of a sum produces; the floored element-wise bound still
+  catches the one element that is zeroed, garbage or never written.
+- :func:`assert_within` and :func:`unit_roundoff`: an element-wise bound of your own, from the
+  error analysis of the arithmetic an operation does.
 - :func:`random_array`: inputs with no exact zeros, so a kernel that skips an element or reads
   the wrong one cannot pass by multiplying by zero; :func:`poison_value` fills outputs before a
   kernel writes them, so an element it forgets to write is caught.
@@ -39,8 +44,9 @@ import numpy as np
 from .. import dtypes as _dtypes
 
 __all__ = [
-    "TOLERANCES", "assert_close", "random_array", "poison_value", "with_layout",
-    "dtypes", "shapes", "slices_for", "layouts", "matrix_sizes", "LAYOUTS", "ref",
+    "TOLERANCES", "assert_close", "assert_within", "unit_roundoff", "random_array",
+    "poison_value", "with_layout", "dtypes", "shapes", "slices_for", "layouts", "matrix_sizes",
+    "LAYOUTS", "ref",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -122,12 +128,77 @@ def _describe(actual, expected, header, detail, flat_index, which="first such el
             f"actual {actual[idx]}, expected {expected[idx]}")
 
 
-def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, msg=""):
+#: The element-wise bound of :func:`assert_close` in multiples of its norm-wise tolerance.
+#: The element errors of a result that meets the norm-wise bound have an RMS of at most ``tol``
+#: times that of ``expected``; rounding errors spread like a Gaussian, whose largest of 10 M
+#: draws is 5.3 RMS, so 10 leaves room, while one element that is zeroed or garbage, an error
+#: of the order of the RMS of ``expected`` itself, exceeds it.
+_ELEMENTWISE = 10.0
+
+
+def _finite_pair(a, e, header):
+    """``(a, e, finite)``: both at least 1-d in float64 (complex128 if either is complex) and
+    the mask of the reference's finite elements, after checking that ``a`` is NaN or infinite
+    exactly where ``e`` is, with the same special values."""
+    wide = np.complex128 if (a.dtype.kind == "c" or e.dtype.kind == "c") else np.float64
+    # At least 1-d: the masks below are assigned into, which a 0-d result would not allow.
+    a64 = np.atleast_1d(a.astype(wide))
+    e64 = np.atleast_1d(e.astype(wide))
+    finite = np.isfinite(e64)
+    bad = finite & ~np.isfinite(a64)
+    if not finite.all():
+        # Where the reference is NaN or infinite, the result must be the same special value.
+        ea, aa = e64[~finite], a64[~finite]
+        same = (np.isnan(ea) & np.isnan(aa)) | (ea == aa)
+        bad[~finite] = ~same
+    if bad.any():
+        raise AssertionError(_describe(a, e, header, f"{int(bad.sum())} of {a.size} elements are "
+                                       f"NaN/inf where the reference differs", np.argmax(bad)))
+    return a64, e64, finite
+
+
+def _numbers(x, op, what) -> np.ndarray:
+    """``x`` on the host (:func:`_to_numpy`), refused unless it holds numbers."""
+    arr = _to_numpy(x)
+    if arr.dtype.kind not in "biufc" and arr.dtype.name not in _ML_FLOATS:
+        raise TypeError(f"{op}: {what} must be an array of numbers (or a DeviceArray), not "
+                        f"{type(x).__name__} ({arr.dtype})")
+    return arr
+
+
+def _magnitudes(values, shape, op, what) -> np.ndarray:
+    """``values`` as a float64 array of ``shape`` (broadcast), checked finite and >= 0."""
+    m = _numbers(values, op, what)
+    if m.dtype.kind == "c":
+        raise TypeError(f"{op}: {what} must be real, not {m.dtype}")
+    try:
+        m = np.broadcast_to(m.astype(np.float64), shape)
+    except ValueError:
+        raise ValueError(f"{op}: {what} of shape {m.shape} does not broadcast to the "
+                         f"shape {shape} of expected") from None
+    if not (np.isfinite(m).all() and (m >= 0).all()):
+        raise ValueError(f"{op}: {what} must be finite and >= 0")
+    return np.atleast_1d(m)
+
+
+def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, scale=None, msg=""):
     """Assert that ``actual`` equals ``expected`` within the tolerance of the element type.
 
-    The error is one number for the whole array, ``‖actual − expected‖₂ / ‖expected‖₂``,
-    computed in float64 (complex128 for complex types). When ``‖expected‖`` is 0 the absolute
-    ``‖actual‖`` is compared with the tolerance instead.
+    Two bounds apply, both computed in float64 (complex128 for complex types), with ``tol``
+    the tolerance (:data:`TOLERANCES` of the element type, or ``rtol``):
+
+    - norm-wise, ``‖actual − expected‖₂ ≤ tol · ‖expected‖₂``: the bound that the error
+      analysis of GEMM, convolution and reductions gives. With ``scale``, ``‖expected‖₂`` is
+      replaced by ``max(‖expected‖₂, ‖scale‖₂)``.
+    - element-wise, ``|actual_i − expected_i| ≤ 10 · tol · (|expected_i| + s_i)``, where ``s``
+      is ``scale`` when given and otherwise one floor for the whole array, the RMS of
+      ``expected``. The floor keeps an element whose sum cancelled to near zero from failing
+      on rounding errors that are relative to the summands, while one wrong element (zeroed,
+      garbage, left unwritten in a large array) still fails, which the norm-wise bound alone
+      lets through once the array is large enough.
+
+    When ``expected`` is all zeros (and ``scale`` is not given or all zeros) both bounds are
+    absolute: ``‖actual‖₂ ≤ tol`` and ``|actual_i| ≤ 10 · tol``.
 
     Parameters
     ----------
@@ -144,6 +215,12 @@ def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, msg="
     compute : str or dtype-like, optional
         The compute mode, such as ``"tf32"``: the looser of its tolerance and the dtype's
         applies.
+    scale : array-like, optional
+        The magnitude each element's error is relative to, real, ``>= 0`` and broadcastable
+        to ``expected``'s shape: for a product whose sums may cancel, ``|A| @ |B|`` (in
+        float64), so that an element that cancelled is judged against the size of its terms.
+        It replaces the RMS floor of the element-wise bound, and enters the norm-wise one as
+        above.
     msg : str, optional
         Prefixed to the failure message.
 
@@ -152,15 +229,21 @@ def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, msg="
     AssertionError
         The shapes differ; an integer or bool result is not exactly equal; ``actual`` holds
         NaN or infinity where ``expected`` is finite (or not the same NaN/infinity where
-        ``expected`` is not); or the relative error exceeds the tolerance. The message gives
-        the shape, dtype, the error against the tolerance and the worst element.
+        ``expected`` is not), whatever the tolerance; or the norm-wise or the element-wise
+        bound is exceeded. The message gives the shape, dtype, the error against the bound
+        and the worst element.
+    TypeError
+        ``actual``, ``expected`` or ``scale`` holds no numbers (``scale`` complex).
+    ValueError
+        ``scale`` is negative, not finite or not broadcastable to ``expected``'s shape.
 
     See Also
     --------
     TOLERANCES : the tolerance of each element type.
+    assert_within : an element-wise bound of your own, from an error analysis.
     """
-    a = _to_numpy(actual)
-    e = _to_numpy(expected)
+    a = _numbers(actual, "assert_close", "actual")
+    e = _numbers(expected, "assert_close", "expected")
     prefix = f"{msg}: " if msg else ""
     if a.shape != e.shape:
         raise AssertionError(f"{prefix}shape mismatch: actual {a.shape}, expected {e.shape}")
@@ -172,6 +255,7 @@ def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, msg="
         if compute is not None:
             # The looser of the two: a bfloat16 output rounds more than tf32 arithmetic does.
             tol = max(tol, TOLERANCES[_tolerance_name(compute)])
+    s = None if scale is None else _magnitudes(scale, e.shape, "assert_close", "scale")
     header = f"{prefix}arrays not close: shape {a.shape}, dtype {a.dtype}"
     if a.size == 0:
         return
@@ -186,30 +270,129 @@ def assert_close(actual, expected, dtype=None, *, rtol=None, compute=None, msg="
                                            f"differ ({name} compares exactly)", np.argmax(diff)))
         return
 
-    wide = np.complex128 if (a.dtype.kind == "c" or e.dtype.kind == "c") else np.float64
-    # At least 1-d: the masks below are assigned into, which a 0-d result would not allow.
-    a64 = np.atleast_1d(a.astype(wide))
-    e64 = np.atleast_1d(e.astype(wide))
-    finite = np.isfinite(e64)
-    bad = finite & ~np.isfinite(a64)
-    if not finite.all():
-        # Where the reference is NaN or infinite, the result must be the same special value.
-        ea, aa = e64[~finite], a64[~finite]
-        same = (np.isnan(ea) & np.isnan(aa)) | (ea == aa)
-        bad[~finite] = ~same
-    if bad.any():
-        raise AssertionError(_describe(a, e, header, f"{int(bad.sum())} of {a.size} elements are "
-                                       f"NaN/inf where the reference differs", np.argmax(bad)))
-
-    d = np.zeros_like(a64)
-    d[finite] = a64[finite] - e64[finite]
+    a64, e64, finite = _finite_pair(a, e, header)
+    d = np.zeros(a64.shape)
+    d[finite] = np.abs(a64[finite] - e64[finite])
     num = float(np.linalg.norm(d.ravel()))
-    den = float(np.linalg.norm(e64[finite]))
+    e_norm = float(np.linalg.norm(e64[finite]))
+    den = e_norm if s is None else max(e_norm, float(np.linalg.norm(s[finite])))
     err = num / den if den > 0 else num
     if not err <= tol:
         kind = "relative" if den > 0 else "absolute (the reference is all zeros)"
         raise AssertionError(_describe(a, e, header, f"{kind} error {err:.3e} > tolerance "
-                                       f"{tol:.1e}", np.argmax(np.abs(d)), "worst element"))
+                                       f"{tol:.1e}", np.argmax(d), "worst element"))
+
+    # Element-wise: each error against 10 tol (|expected_i| + floor).
+    if den == 0:
+        floor, what = 1.0, "1 (the reference is all zeros)"
+    elif s is None:
+        floor = e_norm / math.sqrt(int(finite.sum()))
+        what = f"the RMS of expected, {floor:.3g}"
+    else:
+        floor, what = s, "scale"
+    limit = _ELEMENTWISE * tol * (np.abs(e64) + floor)
+    over = finite & (d > limit)
+    if over.any():
+        ratio = np.zeros(d.shape)
+        np.divide(d, limit, out=ratio, where=over & (limit > 0))
+        ratio[over & (limit == 0)] = np.inf
+        worst = int(np.argmax(ratio))
+        raise AssertionError(_describe(
+            a, e, header, f"{int(over.sum())} of {a.size} elements differ by more than "
+            f"{_ELEMENTWISE:g} x tolerance {tol:.1e} x (|expected| + {what}); the worst by "
+            f"{ratio.flat[worst]:.3g} times that", worst, "worst element"))
+
+
+def assert_within(actual, expected, bound, *, msg=""):
+    """Assert ``|actual − expected| ≤ bound`` element by element, for a bound of your own.
+
+    Where the arithmetic of an operation is known well enough to bound each element's error
+    -- a dot product of float16 vectors accumulated in float32 errs by at most
+    ``γ_n Σ|x_i y_i|`` before its result is rounded (:func:`unit_roundoff` gives the ``u`` of
+    ``γ_n = n u / (1 − n u)``) -- that bound is tighter and better founded than the generic
+    tolerance of :func:`assert_close`. Computed in float64 (complex128 for complex types).
+
+    Parameters
+    ----------
+    actual : numpy.ndarray, DeviceArray or array-like
+        Converted as by :func:`assert_close`.
+    expected : array-like
+        The reference, computed so that its own error is negligible against ``bound`` (or
+        included in it).
+    bound : float or array-like
+        The largest admissible absolute error of each element: finite, ``>= 0``, broadcastable
+        to ``expected``'s shape.
+    msg : str, optional
+        Prefixed to the failure message.
+
+    Raises
+    ------
+    AssertionError
+        The shapes differ; ``actual`` holds NaN or infinity where ``expected`` is finite (or
+        not the same NaN/infinity where ``expected`` is not); or an element's error exceeds
+        its bound. The message gives how many, the worst element's error against its bound,
+        its index and values.
+    TypeError
+        An argument holds no numbers (``bound`` complex).
+    ValueError
+        ``bound`` is negative, not finite or not broadcastable to ``expected``'s shape.
+    """
+    a = _numbers(actual, "assert_within", "actual")
+    e = _numbers(expected, "assert_within", "expected")
+    limit = _magnitudes(bound, e.shape, "assert_within", "bound")
+    prefix = f"{msg}: " if msg else ""
+    if a.shape != e.shape:
+        raise AssertionError(f"{prefix}shape mismatch: actual {a.shape}, expected {e.shape}")
+    if a.size == 0:
+        return
+    header = f"{prefix}arrays not within the bound: shape {a.shape}, dtype {a.dtype}"
+    a64, e64, finite = _finite_pair(a, e, header)
+    d = np.zeros(a64.shape)
+    d[finite] = np.abs(a64[finite] - e64[finite])
+    over = finite & (d > limit)
+    if over.any():
+        excess = np.where(over, d - limit, 0.0)
+        worst = int(np.argmax(excess))
+        raise AssertionError(_describe(
+            a, e, header, f"{int(over.sum())} of {a.size} elements exceed their bound; the "
+            f"worst is off by {d.flat[worst]:.3e} against a bound of {limit.flat[worst]:.3e}",
+            worst, "worst element"))
+
+
+def unit_roundoff(dtype) -> float:
+    """The unit roundoff ``u`` of a floating type or of the ``"tf32"`` compute mode.
+
+    Half the gap between 1 and the next representable number, ``2**-p`` for ``p`` significand
+    bits: rounding to nearest errs by at most ``u`` relative to the value, in the normal
+    range. float16 ``2**-11``, bfloat16 ``2**-8``, tf32 ``2**-11``, float32 ``2**-24``,
+    float64 ``2**-53``; a complex type has that of its parts.
+
+    Parameters
+    ----------
+    dtype : dtype-like or "tf32"
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    TypeError
+        ``dtype`` is not an element type.
+    ValueError
+        Not a floating or complex type.
+    """
+    if isinstance(dtype, str) and dtype == "tf32":
+        return 2.0 ** -11
+    try:
+        dt = _dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"unit_roundoff: dtype {dtype!r} is not an element type: {exc}") \
+            from None
+    if dt.kind not in "fc" and dt.name not in _ML_FLOATS:
+        raise ValueError(f"unit_roundoff: dtype {dt} is not a floating type: it has no unit "
+                         "roundoff")
+    return float(_finfo(dt).eps) / 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +565,22 @@ def with_layout(array, layout: str) -> np.ndarray:
 # Hypothesis strategies (hypothesis is imported when one is built)
 # ---------------------------------------------------------------------------------------------
 
+def _strategies():
+    """``hypothesis.strategies``, or an ImportError that says how to install it.
+
+    hypothesis comes with the ``test`` extra only, so a plain install reaches this without it;
+    a bare ``No module named 'hypothesis'`` would not say which install brings it.  The hint
+    names the package itself too: the extras are this project's, not the package index's.
+    """
+    try:
+        from hypothesis import strategies
+    except ImportError as exc:
+        raise ImportError("the cudalibs.testing strategies need hypothesis, which the test "
+                          "extra installs: pip install hypothesis, or in a checkout of "
+                          'cudalibs pip install -e ".[test]"') from exc
+    return strategies
+
+
 def dtypes(kinds=("float", "int", "complex", "bool", "ml")):
     """Strategy: element type names from :data:`cudalibs.dtypes.TABLE`.
 
@@ -397,7 +596,7 @@ def dtypes(kinds=("float", "int", "complex", "bool", "ml")):
         Names such as ``"float32"``; ``numpy.dtype(name)`` accepts each (``cudalibs.dtypes``
         registers the ml_dtypes ones).
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     if isinstance(kinds, str):
         kinds = (kinds,)
@@ -425,7 +624,7 @@ def shapes(min_dims=0, max_dims=4, min_side=0, max_side=8):
     -------
     hypothesis.strategies.SearchStrategy of tuple of int
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     if not 0 <= min_dims <= max_dims or not 0 <= min_side <= max_side:
         raise ValueError("need 0 <= min_dims <= max_dims and 0 <= min_side <= max_side")
@@ -449,7 +648,7 @@ def slices_for(shape):
     hypothesis.strategies.SearchStrategy of tuple
         ``numpy.empty(shape)[index]`` never raises for a drawn ``index``.
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     shape = tuple(int(n) for n in shape)
 
@@ -483,7 +682,7 @@ def layouts():
     -------
     hypothesis.strategies.SearchStrategy of str
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     return st.sampled_from(LAYOUTS)
 
@@ -513,7 +712,7 @@ def matrix_sizes(max_side=1024):
     -------
     hypothesis.strategies.SearchStrategy of int
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     max_side = int(max_side)
     if max_side < 1:
@@ -533,3 +732,9 @@ def matrix_sizes(max_side=1024):
 
 
 from . import ref  # noqa: E402  (the references import the helpers above)
+
+
+def __dir__() -> list[str]:
+    """The public names (:data:`__all__`) and the module's dunders: tab completion offers
+    what this module is for, not the modules it imports (``np``, ``math``, ``Mapping``)."""
+    return sorted(set(__all__) | {n for n in globals() if n.startswith("__") and n.endswith("__")})

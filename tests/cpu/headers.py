@@ -32,6 +32,9 @@ library sizes by its own ``size``/``version`` members (``grows=True``), because 
 (embedded, in an array, passed by value, written by the library) a larger header struct means
 the library and we disagree on where things are.  A status or enum constant the header adds is
 not an error (:func:`missing_statuses` lists them); a name we carry whose value differs is.
+An older header (CUDA 12's beside bindings written for CUDA 13) is the mirror image: a name
+or a member the bindings carry and it lacks is a later release's addition, which passes
+(``older=True``) unless it collides with something the header has.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import ctypes
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 from typing import NamedTuple
@@ -49,9 +53,11 @@ import clang.cindex as ci
 
 __all__ = [
     "HeaderParseError", "Header", "HeaderSet", "Field", "StructDef",
-    "include_dirs", "builtin_include_dir", "parse", "load",
+    "include_dirs", "loaded_cuda_major", "dist_cuda_major", "builtin_include_dir", "parse",
+    "load",
     "c_kind", "ctypes_kind", "kinds_match", "describe", "c_signature",
     "check_proto", "check_struct", "check_enum", "check_status", "missing_statuses",
+    "later_additions",
     "parse_source",
 ]
 
@@ -68,6 +74,37 @@ class HeaderParseError(RuntimeError):
 # Finding the headers and the compiler's builtin headers
 # --------------------------------------------------------------------------------------------
 
+def loaded_cuda_major() -> int | None:
+    """The CUDA major version of the libraries this process loads: cuBLAS's (whose major is
+    its toolkit's), else NVRTC's; ``None`` when neither can be loaded."""
+    try:
+        from cudalibs import cublas
+        return cublas.version()[0]
+    except Exception:  # noqa: BLE001 - not installed or not loadable: try the next one
+        pass
+    try:
+        from cudalibs.driver import nvrtc
+        return nvrtc.version()[0]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def dist_cuda_major(name: str, version: str) -> int | None:
+    """The CUDA major version an ``nvidia-*`` distribution belongs to, where it says.
+
+    ``nvidia-cudnn-cu12`` and ``nvidia-cuda-runtime-cu12`` by their suffix; the unsuffixed
+    CUDA 13 wheels of the toolkit (``nvidia-cuda-runtime``, ``nvidia-cuda-crt``,
+    ``nvidia-cublas``) by their version, which is the toolkit's.
+    """
+    m = re.search(r"-cu(\d+)$", name)
+    if m:
+        return int(m.group(1))
+    major = version.split(".", 1)[0]
+    if name.startswith(("nvidia-cuda-", "nvidia-cublas")) and major.isdigit():
+        return int(major)
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def include_dirs() -> tuple[str, ...]:
     """Include folders of the installed NVIDIA wheels, deduplicated, in search order.
@@ -76,8 +113,15 @@ def include_dirs() -> tuple[str, ...]:
     site-packages); then every ``nvidia/<pkg>/include`` folder of the ``nvidia`` namespace
     package and of the installed ``nvidia-*`` distributions, which covers anything pathfinder
     does not know.
+
+    Folders of a CUDA major version other than the loaded libraries' (:func:`loaded_cuda_major`)
+    go last, so that every header of a CUDA 12 set is CUDA 12's wherever the wheels of both are
+    installed; such a folder supplies only what the matching ones lack (the compiler's
+    ``crt/`` headers, which CUDA 12's runtime wheel does not ship and the ``test`` extra
+    installs for CUDA 13, define nothing the bindings are compared with).
     """
     found: list[str] = []
+    majors: dict[str, int] = {}
 
     def add(path):
         if path and os.path.isdir(path):
@@ -117,12 +161,19 @@ def include_dirs() -> tuple[str, ...]:
         for f in dist.files or ():
             parts = f.parts
             if len(parts) >= 4 and parts[0] == "nvidia" and parts[2] == "include":
-                add(str(dist.locate_file(os.path.join(*parts[:3]))))
+                folder = str(dist.locate_file(os.path.join(*parts[:3])))
+                add(folder)
+                major = dist_cuda_major(name, dist.version or "")
+                if major is not None and os.path.isdir(folder):
+                    majors.setdefault(os.path.realpath(folder), major)
     if not found:
         raise HeaderParseError(
             "no NVIDIA include folders found: install the nvidia-* wheels "
             "(nvidia-cuda-runtime, nvidia-cuda-nvrtc, nvidia-cublas, nvidia-cudnn-cu13, "
             "nvidia-nccl-cu13) and cuda-pathfinder")
+    want = loaded_cuda_major()
+    if want is not None:
+        found.sort(key=lambda d: majors.get(d, want) != want)  # stable: keeps the order within
     return tuple(found)
 
 
@@ -410,8 +461,10 @@ class Header:
 
 def _args() -> list[str]:
     # CUDNN_WARN_DEPRECATED turns cuDNN's CUDNN_DEPRECATED(_ENUM) markers into attributes, so
-    # deprecated enum aliases are visible (Cursor.availability).
-    args = ["-x", "c", "-std=c11", "-DCUDNN_WARN_DEPRECATED"]
+    # deprecated enum aliases are visible (Cursor.availability).  CUBLASAPI is what cublas_v2.h
+    # defines (to nothing, in C) before it includes cublas_api.h: CUDA 12's cublas_api.h
+    # refuses to be parsed on its own without it (#error), CUDA 13's defines it itself.
+    args = ["-x", "c", "-std=c11", "-DCUDNN_WARN_DEPRECATED", "-DCUBLASAPI="]
     for d in include_dirs():
         args.append(f"-I{d}")
     args += ["-isystem", builtin_include_dir()]
@@ -662,6 +715,9 @@ def check_proto(proto, hs: HeaderSet) -> list[str]:
     """Compare one ``Proto(name, restype, argtypes)`` row with its C declaration."""
     problems: list[str] = []
     alias = hs.alias_of(proto.name)
+    if alias == proto.name:
+        # "#define cuDeviceGetUuid_v2 cuDeviceGetUuid_v2" (CUDA 12's cuda.h) names itself.
+        alias = None
     if alias is not None:
         problems.append(
             f"{proto.name} is a macro in the header (#define {proto.name} {alias}): bind the "
@@ -744,7 +800,8 @@ def _covered(start: int, end: int, ranges) -> bool:
     return pos >= end
 
 
-def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, _seen=None) -> list[str]:
+def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, older: bool = False,
+                 _seen=None) -> list[str]:
     """Compare a ctypes Structure with ``struct tag``: every member we declare, and the size.
 
     Each member of ``cls`` must be in the header under its name, at the same offset, of the
@@ -761,6 +818,11 @@ def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, _seen=Non
 
     Without ``grows`` the sizes must be equal: a struct that is embedded, sits in an array,
     crosses by value or is written by the library must be exactly the header's.
+
+    ``older``: the header is of a release older than the one ``cls`` follows (CUDA 12's
+    headers beside bindings of CUDA 13).  Then a member of ``cls`` that the header lacks passes
+    where its bytes lie in the header's reserved bytes (or its union's ``pad``): the later
+    release carved it out of them, and the older library ignores them.
     """
     _seen = set() if _seen is None else _seen
     if (cls, tag) in _seen:
@@ -783,6 +845,9 @@ def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, _seen=Non
     # Our members where the header has them too: bytes a union alternative may share.
     declared = [_extent(off, typ, bits) for f, (off, typ, bits) in mine.items()
                 if not _is_padding(f, typ) and f in theirs and theirs[f].offset == off]
+    # The header's reserved bytes, where a later release's members may lie.
+    reserved = [header.field_extent(tag, cf) for cf in cdef.fields
+                if cf.name.lower().startswith(_PADDING_PREFIXES)]
     for cf in cdef.fields:
         if cf.name in mine and not _is_padding(cf.name, mine[cf.name][1]):
             continue
@@ -797,6 +862,8 @@ def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, _seen=Non
             continue
         cf = theirs.get(fname)
         if cf is None:
+            if older and _covered(*_extent(off, typ, bits), reserved):
+                continue  # a later release's member, in bytes this header reserves
             problems.append(f"{name}: _fields_ has {fname}, which struct {tag} does not")
             continue
         if fname in cbits or bits is not None:
@@ -814,7 +881,7 @@ def check_struct(cls, tag: str, hs: HeaderSet, *, grows: bool = False, _seen=Non
             # a by-value member struct: compare its members too, so the report says which
             sub = header.record_tag(cf.type)
             if sub is not None:
-                problems += check_struct(typ, sub, hs, _seen=_seen)
+                problems += check_struct(typ, sub, hs, older=older, _seen=_seen)
     return problems
 
 
@@ -871,15 +938,24 @@ def missing_statuses(ours: dict[int, str], theirs: dict[str, int],
 
 
 def check_enum(ours: dict[str, int], theirs: dict[str, int], *, exact: bool,
-               ignore=()) -> list[str]:
+               ignore=(), older: bool = False) -> list[str]:
     """Compare ``name -> value`` tables.
 
     ``exact``: the same set of (value, name) pairs both ways; else every entry of ``ours`` must
     be in ``theirs`` with the same value.  Names in ``ignore`` are skipped on the header side.
+    ``older``: ``theirs`` is of a release older than the one ``ours`` follows, so a name it
+    lacks is a later addition (:func:`later_additions` lists them), unless the header gives
+    that value to another name.
     """
     problems = []
     for name, value in sorted(ours.items(), key=lambda kv: (kv[1], kv[0])):
-        if name not in theirs:
+        if name not in theirs and older:
+            taken = sorted(k for k, v in theirs.items()
+                           if v == value and k not in ours and k not in ignore)
+            if taken:
+                problems.append(f"{name} = {value}: not in the header, which gives {value} to "
+                                f"{' / '.join(taken)}")
+        elif name not in theirs:
             problems.append(f"{name} = {value}: not in the header")
         elif theirs[name] != value:
             problems.append(f"{name} = {value}: the header says {theirs[name]}")
@@ -888,3 +964,11 @@ def check_enum(ours: dict[str, int], theirs: dict[str, int], *, exact: bool,
             if name not in ours and name not in ignore:
                 problems.append(f"{name} = {value}: in the header, missing here")
     return problems
+
+
+def later_additions(ours: dict[str, int], theirs: dict[str, int]) -> list[str]:
+    """Entries of ``ours`` (``name -> value``) that an older header ``theirs`` lacks, as
+    ``"NAME = value"``: what a later release added, which the older library refuses with its
+    own status when asked for it."""
+    return [f"{k} = {v}" for k, v in sorted(ours.items(), key=lambda kv: (kv[1], kv[0]))
+            if k not in theirs]

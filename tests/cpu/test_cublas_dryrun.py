@@ -151,12 +151,12 @@ def fakes(monkeypatch):
     # Relaunches on, as by default, whatever the environment of this run says.
     relaunch = cudalibs.set_options(relaunch=True).relaunch
     cublas.clear_algo_cache()
-    matmul_mod.clear_plan_cache()
+    matmul_mod.clear_matmul_cache()
     yield dev, blas, lt
     cudalibs.set_options(relaunch=relaunch)
     cublas.set_gemm_backend(old)
     cublas.clear_algo_cache()
-    matmul_mod.clear_plan_cache()
+    matmul_mod.clear_matmul_cache()
 
 
 _next = [1 << 32]
@@ -331,7 +331,7 @@ def test_lt_fp8_scales_swap(fakes):
     out = cublas.matmul(a, w.T, a_scale=sa, b_scale=sb, out=_arr(dev, (32, 48),
                                                                   _dtypes.bfloat16))
     assert out.dtype == _dtypes.bfloat16
-    (plan,) = cublas.plan_cache().values()
+    (plan,) = cublas.matmul_cache().values()
     # cuBLASLt's A is our b: its A scale is b's.
     assert plan._desc.get("a_scale_pointer") == sb.ptr
     assert plan._desc.get("b_scale_pointer") == sa.ptr

@@ -92,6 +92,7 @@ def _nhwc(shape):
     return packed_strides(shape, True)
 
 
+@pytest.mark.cudnn_finalize
 def test_tensor_round_trip():
     t = G.tensor(7, np.float16, (2, 8, 5, 6), _nhwc((2, 8, 5, 6)), alignment=16)
     assert t.finalized and "TENSOR" in repr(t) and "finalized" in repr(t)
@@ -105,6 +106,7 @@ def test_tensor_round_trip():
     assert v.count(T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64) == 4
 
 
+@pytest.mark.cudnn_finalize
 def test_convolution_round_trip():
     c = G.convolution((1, 2), (2, 1), (1, 3))
     get = lambda a: c.get(a, T.CUDNN_TYPE_INT64)  # noqa: E731
@@ -117,6 +119,7 @@ def test_convolution_round_trip():
         [T.CUDNN_DATA_FLOAT]
 
 
+@pytest.mark.cudnn_finalize
 def test_pointwise_descriptors_finalize():
     # (cuDNN 9.19 answers NOT_SUPPORTED to getting a pointwise descriptor's attributes)
     for mode in ("add", "relu", "identity"):
@@ -134,6 +137,7 @@ def _conv_graph(op="forward", dtype=np.float16, n=2, c=8, k=16, hw=8):
     return G.operation_graph([o]), o
 
 
+@pytest.mark.cudnn_finalize
 @pytest.mark.parametrize("op", sorted(G.CONV_OPS))
 def test_conv_operations_and_graph_finalize_without_a_gpu(op):
     graph, o = _conv_graph(op)
@@ -144,6 +148,7 @@ def test_conv_operations_and_graph_finalize_without_a_gpu(op):
     assert o.get(alpha, T.CUDNN_TYPE_FLOAT, 1) == [1.0]
 
 
+@pytest.mark.cudnn_finalize
 def test_fused_graph_finalizes_without_a_gpu():
     y_shape = (2, 16, 8, 8)
     x = G.tensor(1, np.float16, (2, 8, 8, 8), _nhwc((2, 8, 8, 8)))
@@ -162,6 +167,7 @@ def test_fused_graph_finalizes_without_a_gpu():
                       1) == [0.5]
 
 
+@pytest.mark.cudnn_finalize
 def test_heuristics_without_a_gpu():
     graph, _ = _conv_graph()
     heur = G.make(T.CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
@@ -186,9 +192,13 @@ def test_engine_config_name():
     assert G.EngineConfig(None, 0, (), frozenset(), frozenset(), "a").name == "eng0"
 
 
+@pytest.mark.cudnn_finalize
 def test_variant_pack_finalizes_host_side():
     vp = G.variant_pack([1, 2, 3], [0x10000, 0x20000, 0x30000], 0x40000)
     assert vp.finalized and vp.kind == T.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
+
+
+def test_variant_pack_refuses_unpaired_lists():
     with pytest.raises(ValueError, match="unique ids"):
         G.variant_pack([1, 2], [0x10000])
 
@@ -221,9 +231,11 @@ def test_bad_input_raises_before_the_library():
         G.convolution((1,), (1, 1), (1, 1))
     with pytest.raises(ValueError, match="pointwise mode"):
         G.pointwise("gelu_please")
-    t = G.tensor(1, np.float32, (1, 1, 1, 1), (1, 1, 1, 1))
+    # The operation is refused before its descriptors are looked at: they need no finalize.
+    t = G.BackendDescriptor(T.CUDNN_BACKEND_TENSOR_DESCRIPTOR)
+    conv = G.BackendDescriptor(T.CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)
     with pytest.raises(ValueError, match="op must be"):
-        G.conv_operation("sideways", t, t, t, G.convolution((0, 0), (1, 1), (1, 1)))
+        G.conv_operation("sideways", t, t, t, conv)
     d = G.BackendDescriptor(T.CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)
     with pytest.raises(TypeError, match="backend descriptors"):
         d.set(T.CUDNN_ATTR_OPERATIONGRAPH_OPS, T.CUDNN_TYPE_BACKEND_DESCRIPTOR, [42])
@@ -231,6 +243,19 @@ def test_bad_input_raises_before_the_library():
         d.set(T.CUDNN_ATTR_OPERATIONGRAPH_OPS, 26, [1])  # CUDNN_TYPE_FRACTION
 
 
+def test_attribute_errors_carry_cudnn_text():
+    d = G.BackendDescriptor(T.CUDNN_BACKEND_TENSOR_DESCRIPTOR)
+    with pytest.raises(CudnnError) as info:
+        d.set(T.CUDNN_ATTR_TENSOR_UNIQUE_ID, T.CUDNN_TYPE_FLOAT, 1.0)   # an int64 attribute
+    err = info.value
+    assert err.function == "cudnnBackendSetAttribute" and "CUDNN_ATTR_TENSOR_UNIQUE_ID" in str(err)
+    assert err.name == "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE"
+    assert err.detail  # cudnnGetLastErrorString's account
+    with pytest.raises(CudnnError, match="cudnnBackendGetAttribute"):
+        d.get(T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64)   # not finalized yet
+
+
+@pytest.mark.cudnn_finalize
 def test_library_errors_carry_cudnn_text():
     d = G.BackendDescriptor(T.CUDNN_BACKEND_TENSOR_DESCRIPTOR)
     with pytest.raises(CudnnError) as info:
@@ -243,6 +268,7 @@ def test_library_errors_carry_cudnn_text():
         t.set(T.CUDNN_ATTR_TENSOR_UNIQUE_ID, T.CUDNN_TYPE_INT64, 2)  # finalized: frozen
 
 
+@pytest.mark.cudnn_finalize
 def test_graph_keeps_its_parts_alive():
     import gc
 
@@ -317,3 +343,42 @@ def test_cache_key_tells_graph_from_legacy():
     assert ng["x_shape"] == x.shape and ng["math"] is None
     assert ng["deterministic"] is False and ng["workspace_limit"] == 1 << 20
     assert ng["graph_api"] is True
+
+
+# -- where a finalize cannot work: the skip of the tests marked cudnn_finalize ------------------
+def test_the_finalize_skip_needs_all_three_conditions(monkeypatch, tmp_path):
+    import cudnn_host as CH
+
+    lib = tmp_path / "libcudnn.so.9"
+    lib.write_bytes(b"")
+    (tmp_path / "libcudnn_engines_runtime_compiled.so.9").write_bytes(b"")
+    monkeypatch.setattr(CH, "loaded_cudnn_path", lambda: str(lib))
+    monkeypatch.setattr(CH, "elf_needed",
+                        lambda p: [CH.LIBCUDA] if "runtime_compiled" in p else ["libc.so.6"])
+    monkeypatch.setattr(CH, "libcuda_missing", lambda: "libcuda.so.1: cannot open")
+    err = CudnnError(CH.SUBLIBRARY_LOADING_FAILED, "cudnnBackendFinalize")
+    reason = CH.cudnn_needs_missing_libcuda(err)
+    assert reason.startswith("cudnnBackendFinalize: CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED")
+    assert "libcudnn_engines_runtime_compiled.so.9 links libcuda.so.1" in reason
+    assert "(libcuda.so.1: cannot open)" in reason
+    # one condition short and the failure stands: another status or error ...
+    assert CH.cudnn_needs_missing_libcuda(CudnnError(2000, "cudnnBackendFinalize")) is None
+    assert CH.cudnn_needs_missing_libcuda(ValueError("no")) is None
+    # ... no library of cuDNN's linking the driver ...
+    monkeypatch.setattr(CH, "elf_needed", lambda p: ["libc.so.6"])
+    assert CH.cudnn_needs_missing_libcuda(err) is None
+    # ... or a driver that loads
+    monkeypatch.setattr(CH, "elf_needed", lambda p: [CH.LIBCUDA])
+    monkeypatch.setattr(CH, "libcuda_missing", lambda: None)
+    assert CH.cudnn_needs_missing_libcuda(err) is None
+
+
+def test_elf_dependencies_of_the_loaded_cudnn():
+    import cudnn_host as CH
+
+    from cudalibs import cudnn
+
+    cudnn.version()
+    needed = CH.elf_needed(CH.loaded_cudnn_path())
+    assert needed and all(n.startswith("lib") for n in needed)
+    assert CH.elf_needed(__file__) == []   # not an ELF file

@@ -17,6 +17,13 @@ arguments on the GPU.  This file parses the headers shipped in the NVIDIA wheels
 * and the checker itself: deliberately wrong rows are reported, and a newer header's
   compatible additions are not.
 
+The headers compared with are those of the loaded libraries: CUDA 12's for the ``cu12``
+wheels (``test_headers_are_those_of_the_loaded_libraries``; a check whose headers are of
+another major version than its library is skipped with that reason, and fails under CI).
+Against a header older than the release .ci/constraints.txt pins, what the bindings carry
+beyond it (a device attribute, a math mode, a union member CUDA 13 added) is reported as a
+warning instead of a failure; a value that collides with the header's still fails.
+
 A prototype table module that cannot be imported fails here (it is never skipped): a missing
 table would otherwise pass silently.
 """
@@ -24,6 +31,7 @@ table would otherwise pass silently.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import os
 import sys
@@ -31,6 +39,7 @@ import warnings
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_byte, c_char, c_char_p, c_double, c_float,
                     c_int, c_int32, c_int64, c_longlong, c_size_t, c_ssize_t, c_ubyte, c_uint,
                     c_uint32, c_uint64, c_ushort, c_void_p)
+from typing import NamedTuple
 
 import pytest
 
@@ -67,6 +76,126 @@ VENDOR_PREFIXES = ("CU_", "CUDA_", "NVRTC_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "
 # cublas_api.h declares cublasCreate_v2, but "#define cublasCreate cublasCreate_v2" is in
 # cublas_v2.h.  Parsing the umbrella as well lets the unversioned-name check see the macro.
 UMBRELLA = {"cublas_api.h": "cublas_v2.h"}
+
+
+# --------------------------------------------------------------------------------------------
+# Which release a header is of, which release the bindings follow, which library is loaded
+# --------------------------------------------------------------------------------------------
+
+class Release(NamedTuple):
+    """Where a header's release is read, and how the pinned wheel's version encodes as it."""
+
+    header: str         # the header defining the macro
+    macro: str          # the release as one integer (CUDA_VERSION: 13000 for 13.0)
+    dist: str           # the wheel .ci/constraints.txt pins for it
+    scale: tuple        # weights of (major, minor, patch) in the macro's integer
+    library: str        # the library the header belongs to, as the loader names it
+
+
+_CUDA = Release("cuda.h", "CUDA_VERSION", "nvidia-cuda-runtime", (1000, 10, 0), "cuda")
+RELEASES = {
+    "cuda.h": _CUDA,
+    "library_types.h": _CUDA,
+    "nvrtc.h": _CUDA._replace(library="nvrtc"),
+    "cublas_api.h": Release("cublas_api.h", "CUBLAS_VERSION", "nvidia-cublas",
+                            (10000, 100, 1), "cublas"),
+    "cudnn.h": Release("cudnn.h", "CUDNN_VERSION", "nvidia-cudnn-cu13", (10000, 100, 1),
+                       "cudnn"),
+    "nccl.h": Release("nccl.h", "NCCL_VERSION_CODE", "nvidia-nccl-cu13", (10000, 100, 1),
+                      "nccl"),
+}
+for _umbrella in ("cublas_v2.h", "cublasLt.h"):
+    RELEASES[_umbrella] = RELEASES["cublas_api.h"]
+for _part in ("cudnn_adv.h", "cudnn_graph.h", "cudnn_ops.h", "cudnn_cnn.h"):
+    RELEASES[_part] = RELEASES["cudnn.h"]
+
+CONSTRAINTS = os.path.join(_HERE, os.pardir, os.pardir, ".ci", "constraints.txt")
+
+
+def _pins() -> dict[str, str]:
+    """``{distribution: version}`` of .ci/constraints.txt (empty where the file is absent)."""
+    pins = {}
+    try:
+        with open(CONSTRAINTS, encoding="utf-8") as f:
+            for line in f:
+                name, sep, version = line.split("#", 1)[0].strip().partition("==")
+                if sep:
+                    pins[name.strip().lower()] = version.strip()
+    except OSError:
+        pass
+    return pins
+
+
+def header_release(header: str) -> int:
+    """The release of the installed ``header`` as its version macro says (12090: CUDA 12.9)."""
+    rel = RELEASES[header]
+    value = H.parse(rel.header).integer(rel.macro)
+    assert value is not None, f"{rel.header} defines no integer {rel.macro}"
+    return value
+
+
+def header_major(header: str) -> int:
+    """The major version of the installed ``header``'s release."""
+    return header_release(header) // RELEASES[header].scale[0]
+
+
+def followed_release(header: str) -> int | None:
+    """The release the bindings of ``header`` follow, in its macro's encoding: the version
+    .ci/constraints.txt pins (the GPU test machine's), which the strict checks hold them to."""
+    rel = RELEASES[header]
+    version = _pins().get(rel.dist)
+    if version is None:
+        return None
+    parts = [int(p) for p in version.split(".")[:3] if p.isdigit()]
+    return sum(p * w for p, w in zip(parts, rel.scale))
+
+
+def is_older(header: str) -> bool:
+    """Whether the installed ``header`` is of a release before the one the bindings follow: a
+    name the bindings carry and it lacks is then a later addition, not a wrong binding."""
+    followed = followed_release(header)
+    return followed is not None and header_release(header) < followed
+
+
+def loaded_major(library: str) -> int | None:
+    """The major version of the loaded ``library`` (``"cuda"``: the toolkit of the loaded
+    cuBLAS or NVRTC, as the driver itself may be absent), or ``None`` where it does not load."""
+    if library == "cuda":
+        return H.loaded_cuda_major()
+    try:
+        if library == "nvrtc":
+            from cudalibs.driver import nvrtc
+            return nvrtc.version()[0]
+        mod = importlib.import_module(f"cudalibs.{library}")
+        return mod.version()[0]
+    except Exception:  # noqa: BLE001 - not installed: nothing to match the headers with
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def header_mismatch(header: str) -> str | None:
+    """Why the installed ``header`` does not describe the loaded library (another major
+    version), or ``None`` when it does or no such library loads."""
+    rel = RELEASES[header]
+    theirs = loaded_major(rel.library)
+    mine = header_major(header)
+    if theirs is None or theirs == mine:
+        return None
+    return (f"the {header} found is of major version {mine} ({rel.macro} "
+            f"{header_release(header)}), the loaded {rel.library} of {theirs}: no headers of "
+            f"the installed libraries were found in {', '.join(H.include_dirs())}")
+
+
+def require_matching(headers) -> None:
+    """Skip (fail under CI) a check whose headers are not those of the loaded libraries:
+    comparing the bindings with another major version's declarations would report
+    differences that are no error of theirs."""
+    for header in headers:
+        why = header_mismatch(header)
+        if why is not None:
+            if os.environ.get("CI"):
+                pytest.fail(why, pytrace=False)
+            pytest.skip(why)
 
 
 def _with_umbrellas(names) -> tuple[str, ...]:
@@ -135,6 +264,7 @@ def test_prototype_matches_header(mod, table, hdrs, row, error):
         pytest.fail(f"cannot check {mod}.{table} against {hdrs}: {error} "
                     f"(every prototype table module must exist and import)", pytrace=False)
     module = importlib.import_module(mod)
+    require_matching(getattr(module, hdrs))
     hs = H.load(_with_umbrellas(getattr(module, hdrs)))
     _fail(H.check_proto(row, hs), f"{mod}.{table}: {row.name} does not match {', '.join(hs.names)}")
 
@@ -168,14 +298,19 @@ def test_table_well_formed(mod, table, hdrs):
 APPEND_ONLY = {"ncclConfig_v22800": "ncclConfig_t"}
 
 
-def _struct_problems(cls, tag: str, hs) -> list[str]:
+def _struct_problems(cls, tag: str, hs, older: bool = False) -> list[str]:
     if tag in APPEND_ONLY:
         try:
             hs.struct(tag)
         except KeyError:
             # A later version of the struct: ours must be a prefix of it.
-            return H.check_struct(cls, APPEND_ONLY[tag], hs, grows=True)
-    return H.check_struct(cls, tag, hs)
+            return H.check_struct(cls, APPEND_ONLY[tag], hs, grows=True, older=older)
+    return H.check_struct(cls, tag, hs, older=older)
+
+
+def _older(module) -> bool:
+    """Whether the module's headers are of a release before the one its bindings follow."""
+    return is_older(module.HEADERS[0])
 
 
 @pytest.mark.parametrize("mod", MODULES)
@@ -184,10 +319,11 @@ def test_structs_match_header(mod):
     structs = getattr(module, "STRUCTS", None)
     if not structs:
         return  # a module without by-value structs has nothing to compare
+    require_matching(module.HEADERS)
     hs = H.load(_module_headers(module))
     problems: list[str] = []
     for cls, tag in structs.items():
-        problems += _struct_problems(cls, tag, hs)
+        problems += _struct_problems(cls, tag, hs, _older(module))
     _fail(problems, f"{mod}.STRUCTS differ from {', '.join(hs.names)}")
 
 
@@ -200,15 +336,20 @@ def _vendor_constants(module) -> dict[str, int]:
 @pytest.mark.parametrize("mod", MODULES)
 def test_constants_match_header(mod):
     module = _import(mod)
+    require_matching(module.HEADERS)
     hs = H.load(_module_headers(module))
-    problems = []
+    older = _older(module)
+    problems, later = [], []
     for name, value in sorted(_vendor_constants(module).items()):
         theirs = hs.integer(name)
-        if theirs is None:
+        if theirs is None and older:
+            later.append(f"{name} = {value}")
+        elif theirs is None:
             problems.append(f"{name} = {value}: no enum constant or integer macro of that name")
         elif theirs != value:
             problems.append(f"{name} = {value}: the header says {theirs}")
     _fail(problems, f"{mod} constants differ from {', '.join(hs.names)}")
+    _news(f"{', '.join(hs.names)} predate these constants of {mod}", later)
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,6 +382,7 @@ def test_status_table_matches_header(cls, header, enum):
 
     ours = getattr(errors, cls).status_names()
     assert len(set(ours.values())) == len(ours), f"{cls} maps two codes to one name"
+    require_matching((header,))
     h = H.parse(header)
     theirs = h.enum(enum)
     _fail(H.check_status(ours, theirs, h.enum_deprecated(enum), STATUS_SENTINELS),
@@ -260,13 +402,18 @@ def test_device_attributes_match_header():
 
     prefix = "CU_DEVICE_ATTRIBUTE_"
     ours = {prefix + k: v for k, v in _lib.DEVICE_ATTRIBUTES.items()}
+    require_matching(("cuda.h",))
     theirs = H.parse("cuda.h").enum("CUdevice_attribute")
-    # Every attribute we name must have its value; attributes a newer header adds are news.
-    _fail(H.check_enum(ours, theirs, exact=False),
+    older = is_older("cuda.h")
+    # Every attribute we name must have its value; attributes a newer header adds are news,
+    # and so are those an older header predates (unless it gives their value to another).
+    _fail(H.check_enum(ours, theirs, exact=False, ignore={prefix + "MAX"}, older=older),
           "driver._lib.DEVICE_ATTRIBUTES differs from CUdevice_attribute in cuda.h")
     _news("CUdevice_attribute in cuda.h has attributes DEVICE_ATTRIBUTES does not name yet",
           [f"{k} = {v}" for k, v in sorted(theirs.items(), key=lambda kv: kv[1])
            if k not in ours and k != prefix + "MAX"])
+    if older:
+        _news("cuda.h predates these DEVICE_ATTRIBUTES", H.later_additions(ours, theirs))
 
 
 # dtypes table -> (header, C enum type, prefix); every entry we have must match.
@@ -284,8 +431,14 @@ def test_dtype_enum_matches_header(table, header, enum, prefix):
     from cudalibs import dtypes
 
     ours = {prefix + k: v for k, v in getattr(dtypes, table).items()}
+    require_matching((header,))
     theirs = H.parse(header).enum(enum)
-    _fail(H.check_enum(ours, theirs, exact=False), f"dtypes.{table} differs from {enum} in {header}")
+    older = is_older(header)
+    _fail(H.check_enum(ours, theirs, exact=False, older=older),
+          f"dtypes.{table} differs from {enum} in {header}")
+    if older:
+        _news(f"{enum} in {header} predates these entries of dtypes.{table}",
+              H.later_additions(ours, theirs))
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,6 +458,30 @@ def test_headers_found():
     dirs = H.include_dirs()
     assert any(os.path.isfile(os.path.join(d, "cuda.h")) for d in dirs), dirs
     assert os.path.isfile(os.path.join(H.builtin_include_dir(), "stddef.h"))
+
+
+@pytest.mark.parametrize("header", ["cuda.h", "nvrtc.h", "cublas_api.h", "cudnn.h", "nccl.h"])
+def test_headers_are_those_of_the_loaded_libraries(header):
+    # What the checks compare with must be the loaded library's own declarations: CUDA 12's
+    # headers for the cu12 wheels, though the test extra installs CUDA 13's crt/ beside them.
+    assert header_mismatch(header) is None, header_mismatch(header)
+
+
+def test_every_release_the_bindings_follow_is_pinned():
+    # A renamed pin would make every header "not older" and hide nothing, but a pin gone
+    # would make the strict checks lenient nowhere and strict nowhere: each must be there.
+    for header, rel in RELEASES.items():
+        followed = followed_release(header)
+        assert followed is not None, f"{CONSTRAINTS} pins no {rel.dist} (for {header})"
+        assert followed // rel.scale[0] >= 1
+
+
+def test_header_majors_of_wheels():
+    assert H.dist_cuda_major("nvidia-cudnn-cu12", "9.28.0.42") == 12
+    assert H.dist_cuda_major("nvidia-nccl-cu13", "2.28.9") == 13
+    assert H.dist_cuda_major("nvidia-cuda-crt", "13.5.37") == 13
+    assert H.dist_cuda_major("nvidia-cublas", "13.1.0.3") == 13
+    assert H.dist_cuda_major("nvidia-nccl", "2.28.9") is None   # a library's own version
 
 
 def test_parse_errors_raise():
@@ -515,6 +692,33 @@ def test_incompatible_changes_fail(older_newer):
         _fields_ = [("size", ctypes.c_ulong), ("a", c_int64)]
 
     _one(H.check_struct(WrongCfg, "cfg_t", newer, grows=True), "WrongCfg (struct cfg_t).a")
+
+
+def test_older_header_passes_later_additions_only():
+    older = H.HeaderSet([H.parse_source("oldest.h", """
+typedef union val_u { char pad[16]; int a; } val;
+typedef struct rec_st { int a; int b; } rec;
+""")])
+
+    class Val(ctypes.Union):   # a later release's alternative, in the bytes of the pad
+        _fields_ = [("pad", c_char * 16), ("a", c_int), ("later", c_uint)]
+
+    class Rec(Structure):      # a later member where the older header has one of its own
+        _fields_ = [("a", c_int), ("later", c_int)]
+
+    _one(H.check_struct(Val, "val_u", older), "_fields_ has later")
+    assert H.check_struct(Val, "val_u", older, older=True) == []
+    _one(H.check_struct(Rec, "rec_st", older, older=True), "_fields_ has later",
+         "C member b is missing")
+    theirs = {"A": 1, "B": 2, "COUNT": 3}
+    _one(H.check_enum({"A": 1, "NEW": 4}, theirs, exact=False), "NEW = 4: not in the header")
+    assert H.check_enum({"A": 1, "NEW": 4}, theirs, exact=False, older=True) == []
+    assert H.later_additions({"A": 1, "NEW": 4}, theirs) == ["NEW = 4"]
+    # a value the older header gives another name is no later addition
+    _one(H.check_enum({"A": 1, "NEW": 2}, theirs, exact=False, older=True),
+         "NEW = 2: not in the header, which gives 2 to B")
+    assert H.check_enum({"A": 1, "NEW": 3}, theirs, exact=False, ignore={"COUNT"},
+                        older=True) == []
 
 
 def test_enum_table_mismatches_are_reported():

@@ -124,7 +124,7 @@ def test_a_bad_cuda_array_interface_is_refused_before_any_c_call(no_driver, prod
                                                                  words):
     with pytest.raises(error, match=words) as info:
         cl.asarray(producer)
-    assert str(info.value).startswith("asarray: the argument: ")
+    assert str(info.value).startswith("asarray: obj: ")
     # The one operand path gives the same words under the operand's name.
     with pytest.raises(error, match=words) as info:
         operand(producer, "a", "gemm")

@@ -123,6 +123,7 @@ def _tensors_of(graph):
                 for t in op._refs}
 
 
+@pytest.mark.cudnn_finalize
 @pytest.mark.parametrize("mode", ["layer", "rms"])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("dtype, wdtype", [(BF16, np.float32), (np.float16, np.float16),
@@ -155,6 +156,7 @@ def test_forward_graphs_finalize_host_side(mode, training, dtype, wdtype):
             [T.CUDNN_DATA_FLOAT]
 
 
+@pytest.mark.cudnn_finalize
 @pytest.mark.parametrize("mode", ["layer", "rms"])
 def test_backward_graphs_finalize_host_side(mode):
     graph, uids = LO.backward_graph(mode, BF16, np.float32, 7, 96, alignment=4)
@@ -169,9 +171,13 @@ def test_backward_graphs_finalize_host_side(mode):
         T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64) == [7, 1, 1, 1]
 
 
-def test_layer_norm_graph_without_bias_and_bad_mode():
+@pytest.mark.cudnn_finalize
+def test_layer_norm_graph_without_bias():
     _, uids = LO.forward_graph("layer", True, BF16, np.float32, 4, 64, bias=False)
     assert LO.BIAS not in uids
+
+
+def test_norm_graph_refuses_a_bad_mode():
     with pytest.raises(ValueError, match="mode must be"):
         LO.forward_graph("batch", True, BF16, np.float32, 4, 64)
 
@@ -201,6 +207,7 @@ def _fake(shape, dtype=np.float32, ptr=0x10000, strides=None, dev=None):
     return DeviceArray._view(ptr, tuple(shape), tuple(strides), dt, dev or _DEV, None, None)
 
 
+@pytest.mark.cudnn_finalize
 def test_forward_plan_bookkeeping():
     x, w, b = _fake((4, 6, 64), BF16), _fake((64,)), _fake((64,))
     p = LN.NormForwardPlan(x, w, b, training=True, eps=1e-3)
@@ -218,7 +225,7 @@ def test_forward_plan_bookkeeping():
     assert p.closed and "closed" in repr(p)
 
 
-def test_plans_declare_their_operands_alignment():
+def test_plans_refuse_operands_below_16_byte_alignment():
     x = _fake((8, 64), np.float16, ptr=0x10002)
     w = _fake((64,), np.float16)
     # cuDNN 9.19's norm engines fail at execution on pointers below 16-byte alignment, so
@@ -229,6 +236,11 @@ def test_plans_declare_their_operands_alignment():
         LN.NormForwardPlan(x, w, mode="rms", alignment=8)
     with pytest.raises(ValueError, match="power of two"):
         LN.NormForwardPlan(x, w, mode="rms", alignment=12)
+
+
+@pytest.mark.cudnn_finalize
+def test_plans_declare_their_operands_alignment():
+    w = _fake((64,), np.float16)
     p = LN.NormForwardPlan(_fake((8, 64), np.float16), w, mode="rms")
     assert p.alignment == 16 and not p.has_bias
     b = LN.NormBackwardPlan(_fake((8, 64), np.float16), _fake((8, 64), np.float16), w,
@@ -249,6 +261,8 @@ def test_key_kinds_name_their_fields():
 
 # -- bad input: raised before any C call --------------------------------------------------------
 X = (8, 64)
+# The plan is built (its graph finalized) before execute() refuses the operands.
+_BUILT = pytest.mark.cudnn_finalize
 BAD = [
     (lambda: LN.layer_norm(_fake(X), _fake((32,))), ValueError, "weight has shape"),
     (lambda: LN.layer_norm(_fake(X), _fake((8, 64)), normalized_ndim=1), ValueError,
@@ -307,17 +321,21 @@ BAD = [
      "inv_rms is required"),
     (lambda: LN.rms_norm_backward(_fake(X), _fake(X), _fake((64,)), _fake((16,))), ValueError,
      "16 elements"),
-    (lambda: LN.NormBackwardPlan(_fake(X), _fake(X), _fake((64,)), mode="rms")
-     .execute(_fake(X), _fake(X), _fake((64,)), _fake((8, 1)), _fake((8, 1))), ValueError,
-     "no mean statistic"),
-    (lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
-     .execute(_fake((4, 64)), _fake((64,))), ValueError, "plan was made"),
-    (lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
-     .execute(_fake(X), _fake((64,), np.float16)), ValueError, "plan was made"),
-    (lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
-     .execute(_fake(X), _fake((64,)), _fake((64,))), ValueError, "without a bias"),
-    (lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
-     .execute(_fake(X, dev=_Other()), _fake((64,), dev=_Other())), ValueError, "device 1"),
+    pytest.param(lambda: LN.NormBackwardPlan(_fake(X), _fake(X), _fake((64,)), mode="rms")
+                 .execute(_fake(X), _fake(X), _fake((64,)), _fake((8, 1)), _fake((8, 1))),
+                 ValueError, "no mean statistic", marks=_BUILT),
+    pytest.param(lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
+                 .execute(_fake((4, 64)), _fake((64,))), ValueError, "plan was made",
+                 marks=_BUILT),
+    pytest.param(lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
+                 .execute(_fake(X), _fake((64,), np.float16)), ValueError, "plan was made",
+                 marks=_BUILT),
+    pytest.param(lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
+                 .execute(_fake(X), _fake((64,)), _fake((64,))), ValueError, "without a bias",
+                 marks=_BUILT),
+    pytest.param(lambda: LN.NormForwardPlan(_fake(X), _fake((64,)))
+                 .execute(_fake(X, dev=_Other()), _fake((64,), dev=_Other())), ValueError,
+                 "device 1", marks=_BUILT),
 ]
 
 
@@ -327,6 +345,7 @@ def test_bad_input_raises_before_any_c_call(call, exc, match):
         call()
 
 
+@pytest.mark.cudnn_finalize
 def test_closed_plan_refuses_to_execute():
     from cudalibs.errors import ClosedError
 

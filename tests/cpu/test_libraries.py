@@ -58,12 +58,32 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
 
 
 def test_nvrtc_version_and_archs():
-    major, minor = nvrtc.version()
-    assert major >= 12 and minor >= 0
+    major, minor, patch = nvrtc.version()
+    assert major >= 12 and minor >= 0 and patch == 0   # nvrtcVersion has no patch level
     archs = nvrtc.supported_archs()
     assert archs and all(isinstance(a, int) for a in archs)
     assert list(archs) == sorted(archs)
     assert 90 in archs
+
+
+def test_every_library_version_has_one_form():
+    from cudalibs import cublas, cudnn, nccl
+
+    for name, version in (("nvrtc", nvrtc.version), ("cublas", cublas.version),
+                          ("cublasLt", cublas.lt_version), ("cudnn", cudnn.version),
+                          ("nccl", nccl.version)):
+        v = version()
+        assert type(v) is tuple and len(v) == 3 and all(type(x) is int for x in v), (name, v)
+    # the libraries' own integers, under one name each
+    for version, code in ((cublas.version, cublas.version_int),
+                          (cublas.lt_version, cublas.lt_version_int),
+                          (cudnn.version, cudnn.version_int), (nccl.version, nccl.version_int)):
+        major, minor, patch = version()
+        assert code() == major * 10000 + minor * 100 + patch
+    # the former tuple functions still answer, and say what replaced them
+    for mod, name in ((cudnn, "cudnn"), (nccl, "nccl")):
+        with pytest.warns(DeprecationWarning, match=rf"{name}\.version\(\)"):
+            assert mod.version_tuple() == mod.version()
 
 
 def test_nvrtc_compiles_ptx():
@@ -138,7 +158,9 @@ def test_nvrtc_lowered_names():
 def test_cublas_versions():
     major, minor, patch = cublas_base.version()
     assert major >= 12
-    assert cublas_base.lt_version() == major * 10000 + minor * 100 + patch
+    assert cublas_base.version_int() == major * 10000 + minor * 100 + patch
+    assert cublas_base.lt_version() == (major, minor, patch)
+    assert cublas_base.lt_version_int() == major * 10000 + minor * 100 + patch
     lt = cublas_lib.get_lt()
     for prop, want in zip((cublas_lib.MAJOR_VERSION, cublas_lib.MINOR_VERSION,
                            cublas_lib.PATCH_LEVEL), (major, minor, patch)):
@@ -287,8 +309,8 @@ def _create(kind):
 
 
 def test_cudnn_version():
-    v = cudnn_base.version()
-    major, minor, patch = cudnn_base.version_tuple()
+    v = cudnn_base.version_int()
+    major, minor, patch = cudnn_base.version()
     assert major >= 9 and v == major * 10000 + minor * 100 + patch
     lib = cudnn_lib.get()
     assert lib.cudnnGetCudartVersion() >= 12000
@@ -516,8 +538,8 @@ def test_cudnn_activation_descriptor():
 # ----------------------------------------------------------------------------------------- NCCL
 
 def test_nccl_version():
-    code = nccl_base.version()
-    major, minor, patch = nccl_base.version_tuple()
+    code = nccl_base.version_int()
+    major, minor, patch = nccl_base.version()
     assert (major, minor) >= (2, 18)
     assert code == major * 10000 + minor * 100 + patch
 

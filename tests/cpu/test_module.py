@@ -68,7 +68,7 @@ def _loads_ptx():
 
 def _rejects_ptx():
     """A driver older than the loaded NVRTC, which would reject its PTX: build() emits a CUBIN."""
-    major, minor = nvrtc.version()
+    major, minor, _ = nvrtc.version()
     return (major, minor - 1) if minor else (major - 1, 9)
 
 

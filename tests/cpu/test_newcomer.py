@@ -4,8 +4,10 @@ hints, and the dtype table refusing ``None``."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
+import pickle
 import pydoc
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import pytest
 
 import cudalibs as cl
 from cudalibs import __main__ as main_mod
+from cudalibs import _loader
 from cudalibs import dtypes
 from cudalibs.errors import LibraryNotFoundError, NvrtcError
 
@@ -192,47 +195,68 @@ def test_unknown_option_is_a_usage_error():
     assert info.value.code == 2
 
 
-def _report_with_missing_nccl(monkeypatch) -> str:
-    def missing():
-        raise LibraryNotFoundError("nccl", ["libnccl.so.2: not found"],
-                                   "pip install 'cudalibs[cu13]' (nvidia-nccl-cu13)")
+def _missing(monkeypatch, name: str) -> None:
+    """Make the loader fail to find library ``name`` the way it does where it is absent."""
+    monkeypatch.delenv(_loader.env_var(name), raising=False)
+    monkeypatch.setitem(_loader.LIBRARIES, name, dataclasses.replace(
+        _loader.LIBRARIES[name], pathfinder="cudalibs-no-such-library",
+        sonames=("libcudalibs-no-such-library.so.0",)))
+    monkeypatch.delitem(_loader._cache, name, raising=False)
 
-    monkeypatch.delenv("CUDALIBS_NCCL_PATH", raising=False)
-    monkeypatch.setattr(main_mod, "_library_versions", lambda: {"nccl": missing})
+
+def _report_with_missing(monkeypatch, name: str) -> tuple[str, LibraryNotFoundError]:
+    """The report, and the loader's error, for a library that is not installed."""
+    _missing(monkeypatch, name)
+    with pytest.raises(LibraryNotFoundError) as info:
+        _loader.load(name)
+    monkeypatch.setattr(main_mod, "_library_versions",
+                        lambda: {name: lambda: _loader.load(name)})
     out = io.StringIO()
     main_mod.report(out)
-    return out.getvalue()
+    return out.getvalue(), info.value
 
 
-def test_install_hint_from_a_checkout(monkeypatch):
-    assert main_mod.checkout_root() == str(ROOT)
-    text = _report_with_missing_nccl(monkeypatch)
+@pytest.mark.parametrize("name", ["nvrtc", "nccl"])
+def test_install_hint_from_a_checkout(monkeypatch, name):
+    assert _loader.checkout_root() == str(ROOT)
+    text, err = _report_with_missing(monkeypatch, name)
+    wheel = _loader.WHEELS[name][0]
+    # one hint: the error's and the report's are the same line
+    assert err.hint == _loader.install_hint(name) and err.hint in text and err.hint in str(err)
     assert 'install ".[cu13]" in ' + str(ROOT) in text or \
         'install -e ".[cu13]" in ' + str(ROOT) in text, text
-    assert "cudalibs[cu13]" not in text
-    assert "nvidia-nccl-cu13" in text
+    assert "cudalibs[cu13]" not in text + str(err)
+    assert wheel in text
 
 
 def test_install_hint_for_an_installed_copy(monkeypatch):
-    monkeypatch.setattr(main_mod, "checkout_root", lambda: None)
-    text = _report_with_missing_nccl(monkeypatch)
+    monkeypatch.setattr(_loader, "checkout_root", lambda: None)
+    text, err = _report_with_missing(monkeypatch, "nccl")
     assert "pip install nvidia-nccl-cu13 (or nvidia-nccl-cu12 for a CUDA 12 driver)" in text
-    assert "cudalibs[" not in text
-    assert main_mod.install_hint("cuda") is None  # the driver is no pip wheel
+    assert err.hint in text and "cudalibs[" not in text
+    assert _loader.install_hint("cuda") is None  # the driver is no pip wheel
 
 
 def test_a_bad_path_override_is_fixed_at_the_variable(monkeypatch):
+    _missing(monkeypatch, "nccl")
     monkeypatch.setenv("CUDALIBS_NCCL_PATH", "/nowhere/libnccl.so.2")
-
-    def missing():
-        raise LibraryNotFoundError("nccl", ["CUDALIBS_NCCL_PATH=/nowhere/libnccl.so.2: no"],
-                                   "fix or unset CUDALIBS_NCCL_PATH")
-
-    monkeypatch.setattr(main_mod, "_library_versions", lambda: {"nccl": missing})
+    monkeypatch.setattr(main_mod, "_library_versions",
+                        lambda: {"nccl": lambda: _loader.load("nccl")})
     out = io.StringIO()
     main_mod.report(out)
     assert "fix or unset CUDALIBS_NCCL_PATH" in out.getvalue()
     assert "pip install" not in out.getvalue()
+
+
+def test_library_not_found_message_has_no_blank_line():
+    # cuda.pathfinder's messages end in a newline, and some span lines
+    err = LibraryNotFoundError("nvrtc", ["pathfinder: not found\n", "two: first\nsecond\n"],
+                               "pip install it\n")
+    lines = str(err).split("\n")
+    assert all(line.strip() for line in lines), lines
+    assert lines == ["cannot load the nvrtc library", "  tried pathfinder: not found",
+                     "  tried two: first", "    second", "  pip install it"]
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)
 
 
 # -- dtypes -------------------------------------------------------------------------------------

@@ -254,6 +254,22 @@ def test_tuning_store_merges_writers(tmp_path):
     assert T.TuningStore(path).get("one") is None
 
 
+def test_the_process_wide_stores_are_read_one_way():
+    import cudalibs
+    from cudalibs import cublas
+
+    # Both stores are called to be had; the plan cache is also the object itself.
+    assert cudalibs.plan_cache() is cudalibs.plan_cache is C.cache
+    assert isinstance(cudalibs.tuning_store(), T.TuningStore)
+    assert cudalibs.plan_cache().maxsize == cudalibs.plan_cache.maxsize
+    # cuBLAS's view of its matmul plans is named like the other libraries' views
+    assert isinstance(cublas.matmul_cache(), dict)
+    with pytest.warns(DeprecationWarning, match=r"cublas\.matmul_cache\(\)"):
+        assert cublas.plan_cache() == cublas.matmul_cache()
+    with pytest.warns(DeprecationWarning, match=r"cublas\.clear_matmul_cache\(\)"):
+        cublas.clear_plan_cache()
+
+
 def test_release_all_clears_the_cache_and_runs_hooks(monkeypatch):
     ran = []
     monkeypatch.setattr(C, "RELEASE_HOOKS", [lambda: ran.append(1)])

@@ -1,16 +1,22 @@
 """``CUDALIBS_REQUIRE_GPU=1`` turns the GPU tier's skips into failures.
 
-Each test runs pytest in a subprocess on a tiny generated tier: a copy of tests/gpu/conftest.py
-beside a few tests that skip the ways the real ones do.  A root conftest stands in for the
-machine (no driver, or one GPU), so the outcome does not depend on the machine running this.
+Each tier test runs pytest in a subprocess on a tiny generated tier: a copy of
+tests/gpu/conftest.py beside a few tests that skip the ways the real ones do.  A root conftest
+stands in for the machine (no driver, or one GPU), and an ``nvidia-smi`` first on ``PATH`` for
+what the machine shows (no GPU, or one), so the outcome does not depend on the machine running
+this.  The last tests check tests/gpu/_oracles.py, the GPU tests' second oracle, the same way:
+absent, it is a warning, or a failure under the variable.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
+import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CONFTEST = ROOT / "tests" / "gpu" / "conftest.py"
+ORACLES = ROOT / "tests" / "gpu" / "_oracles.py"
 
 NO_DRIVER = """
 import cudalibs
@@ -70,7 +77,19 @@ TESTS = {
 }
 
 
-def _run(tmp_path: Path, machine: str, require: bool) -> dict[str, str]:
+#: What ``nvidia-smi -L`` says, as a shell script: on a machine without GPUs ...
+SMI_NO_GPU = """#!/bin/sh
+echo "No devices were found"
+exit 6
+"""
+#: ... and on one with a GPU.
+SMI_ONE_GPU = """#!/bin/sh
+echo "GPU 0: NVIDIA Stand-in (UUID: GPU-00000000-0000-0000-0000-000000000000)"
+"""
+
+
+def _run(tmp_path: Path, machine: str, require: bool, smi: str = SMI_NO_GPU,
+         extra_env: dict | None = None) -> dict[str, str]:
     """Run the generated tier; ``{test name: outcome}`` from pytest's JUnit XML."""
     gpu = tmp_path / "gpu"
     gpu.mkdir(exist_ok=True)
@@ -78,8 +97,15 @@ def _run(tmp_path: Path, machine: str, require: bool) -> dict[str, str]:
     (gpu / "conftest.py").write_text(GPU_CONFTEST.read_text())
     for name, body in TESTS.items():
         (gpu / name).write_text(textwrap.dedent(body))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(smi)
+    (bin_dir / "nvidia-smi").chmod(0o755)
     env = dict(os.environ)
     env.pop("CUDALIBS_REQUIRE_GPU", None)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")]).rstrip(os.pathsep)
+    env.update(extra_env or {})
     if require:
         env["CUDALIBS_REQUIRE_GPU"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -106,6 +132,25 @@ def _kind(outcomes, name):
 
 def test_without_a_gpu_the_tier_skips(tmp_path):
     out = _run(tmp_path, NO_DRIVER, require=False)
+    assert out["_exit"][0] == 0, out["_exit"][1]
+    assert _kind(out, "test_runs") == "skipped"
+    assert "GPU tier skipped: no NVIDIA driver (stand-in)" in out["test_runs"][1]
+
+
+def test_a_gpu_in_sight_that_cudalibs_cannot_use_fails_the_tier(tmp_path):
+    # nvidia-smi lists a GPU, cudalibs finds no driver: a loader regression, not "no GPU".
+    out = _run(tmp_path, NO_DRIVER, require=False, smi=SMI_ONE_GPU)
+    assert out["_exit"][0] != 0, out["_exit"][1]
+    for name in ("test_runs", "test_library_missing", "test_two_gpus", "test_capability"):
+        kind, text = out[name]
+        assert kind in ("failure", "error"), (name, kind, out["_exit"][1])
+        assert "a GPU is in sight" in text and "NVIDIA Stand-in" in text, text
+        assert "no NVIDIA driver (stand-in)" in text, text
+
+
+def test_gpus_hidden_on_purpose_skip_the_tier(tmp_path):
+    out = _run(tmp_path, NO_DRIVER, require=False, smi=SMI_ONE_GPU,
+               extra_env={"CUDA_VISIBLE_DEVICES": ""})
     assert out["_exit"][0] == 0, out["_exit"][1]
     assert _kind(out, "test_runs") == "skipped"
     assert "GPU tier skipped: no NVIDIA driver (stand-in)" in out["test_runs"][1]
@@ -147,3 +192,54 @@ def test_on_a_gpu_machine_only_hardware_limits_may_skip(tmp_path, require):
     # a module that skips at import (pytest.importorskip at the top) fails to collect
     assert module and _kind(out, module[0]) == "error", log
     assert "cudalibs_no_such_module" in out[module[0]][1]
+
+
+# -- the second oracle ------------------------------------------------------------------------
+@pytest.fixture()
+def oracles(monkeypatch):
+    """tests/gpu/_oracles.py, loaded from its file, with CUDALIBS_REQUIRE_GPU unset."""
+    spec = importlib.util.spec_from_file_location("gpu_oracles_under_test", ORACLES)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.delenv("CUDALIBS_REQUIRE_GPU", raising=False)
+    return mod
+
+
+class _BrokenImport(importlib.abc.MetaPathFinder):
+    """Makes ``import torch`` fail the way a broken install does (not an ImportError)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise OSError("libtorch_cuda.so: undefined symbol (stand-in)")
+        return None
+
+
+def test_an_absent_oracle_warns(oracles, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)       # import torch: ImportError
+    with pytest.warns(oracles.MissingOracleWarning, match="torch cannot be imported"):
+        assert oracles.torch_oracle(cuda=False) is None
+
+
+def test_an_absent_oracle_fails_when_the_gpu_is_required(oracles, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setenv("CUDALIBS_REQUIRE_GPU", "1")
+    with pytest.raises(pytest.fail.Exception, match="CUDALIBS_REQUIRE_GPU=1: a second oracle"):
+        oracles.torch_oracle(cuda=False)
+
+
+def test_an_oracle_without_cuda_is_absent_for_device_checks_only(oracles, monkeypatch):
+    cpu_only = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", cpu_only)
+    assert oracles.torch_oracle(cuda=False) is cpu_only
+    with pytest.warns(oracles.MissingOracleWarning, match="no usable CUDA device"):
+        assert oracles.torch_oracle(cuda=True) is None
+    monkeypatch.setenv("CUDALIBS_REQUIRE_GPU", "1")
+    with pytest.raises(pytest.fail.Exception, match="no usable CUDA device"):
+        oracles.torch_oracle(cuda=True)
+
+
+def test_an_oracle_that_fails_to_import_is_not_swallowed(oracles, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_BrokenImport(), *sys.meta_path])
+    with pytest.raises(OSError, match="undefined symbol"):
+        oracles.torch_oracle(cuda=False)

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import find, given, settings
+from hypothesis import assume, find, given, settings
 from hypothesis import strategies as st
 
 from cudalibs import dtypes as cd
@@ -130,6 +130,188 @@ def test_assert_close_message_names_the_worst_element():
     text = str(info.value)
     assert "shape (3, 4)" in text and "float32" in text and "tolerance 1.0e-05" in text
     assert "worst element at index (2, 1): actual 15.0, expected 10.0" in text
+
+
+# --- assert_close: the element-wise bound ----------------------------------------------------
+
+def _tf32(x):
+    """float32 values rounded to tf32 (10 significand bits, to nearest even)."""
+    b = np.asarray(x, np.float32).view(np.uint32)
+    b = (b + np.uint32(0x0FFF) + ((b >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    return b.view(np.float32)
+
+
+def _product(a, b, arithmetic):
+    """``a @ b`` as a GPU computes it: float32 accumulation of half-precision inputs (output
+    float32, or rounded to float16 / bfloat16), float32, or tf32 (inputs rounded first)."""
+    if arithmetic == "tf32":
+        return _tf32(a) @ _tf32(b)
+    out = a.astype(np.float32) @ b.astype(np.float32)
+    return out.astype(a.dtype) if arithmetic == "rounded" else out
+
+
+PRODUCTS = [("float16", "float32 out", "float16"), ("float16", "rounded", "float16"),
+            ("bfloat16", "rounded", "bfloat16"), ("float32", "float32", "float32"),
+            ("float32", "tf32", "tf32")]
+
+
+@pytest.mark.parametrize("inputs, arithmetic, tolerance", PRODUCTS)
+@settings(max_examples=30, deadline=None)
+@given(m=t.matrix_sizes(256), n=t.matrix_sizes(256), k=t.matrix_sizes(1024), seed=seeds)
+def test_assert_close_passes_correct_products(inputs, arithmetic, tolerance, m, n, k, seed):
+    rng = np.random.default_rng(seed)
+    a = t.random_array((m, k), inputs, rng=rng)
+    b = t.random_array((k, n), inputs, rng=rng)
+    got = _product(a, b, arithmetic)
+    expected = t.ref.gemm(a, b)
+    # With the magnitudes of the terms as scale, whatever cancels: the rounding errors of a
+    # sum are relative to its terms.
+    t.assert_close(got, expected, rtol=t.TOLERANCES[tolerance],
+                   scale=np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    # By default once there are enough elements that the norm of expected cannot cancel
+    # (one element of a product can: a sum of two products may be near zero).
+    if m * n >= 64:
+        if tolerance == "tf32":
+            t.assert_close(got, expected, np.float32, compute="tf32")
+        else:
+            t.assert_close(got, expected, tolerance)
+
+
+@pytest.mark.parametrize("out", ["float32 out", "rounded"])
+@settings(max_examples=50, deadline=None)
+@given(seed=seeds, data=st.data())
+def test_assert_close_one_zeroed_element_of_a_product_fails(out, seed, data):
+    # A 200 x 200 float16 product: zeroing an element of up to 1.9 times the RMS moves the
+    # norm-wise error by at most 1.9 / 200 of the norm, inside float16's 1e-2; the
+    # element-wise bound catches it unless the element was within 11 % of the RMS of zero
+    # already (where zero is nearly right).
+    rng = np.random.default_rng(seed)
+    a = t.random_array((200, 200), "float16", rng=rng)
+    b = t.random_array((200, 200), "float16", rng=rng)
+    expected = t.ref.gemm(a, b)
+    rms = np.sqrt(np.mean(expected ** 2))
+    i, j = (data.draw(st.integers(0, 199)) for _ in "ij")
+    assume(0.12 * rms <= abs(expected[i, j]) <= 1.9 * rms)
+    got = _product(a, b, out)
+    got[i, j] = 0
+    assert np.linalg.norm(got - expected) < 1e-2 * np.linalg.norm(expected)
+    with pytest.raises(AssertionError, match=rf"elements differ(.|\n)*index \({i}, {j}\)"):
+        t.assert_close(got, expected, "float16")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_assert_close_catches_a_grid_remainder_of_garbage(seed):
+    # wmma_gemm's rows past 65535 tiles of 64: 5 rows of 2 columns, 10 of 8.4 M elements.
+    rng = np.random.default_rng(seed)
+    m = 65535 * 64 + 5
+    a = t.random_array((m, 3), "float16", rng=rng)
+    b = t.random_array((3, 2), "float16", rng=rng)
+    expected = t.ref.gemm(a, b)
+    got = _product(a, b, "float32 out")
+    t.assert_close(got, expected, "float16")
+    for wrong in (5 * expected[-5:], np.zeros((5, 2))):
+        bad = got.copy()
+        bad[-5:] = wrong
+        assert np.linalg.norm(bad - expected) < 1e-2 * np.linalg.norm(expected)
+        with pytest.raises(AssertionError, match="elements differ by more than"):
+            t.assert_close(bad, expected, "float16")
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1000, 5000), seed=seeds, data=st.data())
+def test_assert_close_elementwise_threshold(name, n, seed, data):
+    # One element off by just under / over 10 x tol x (|expected| + RMS of expected): the
+    # norm-wise error stays far inside the tolerance, the element-wise bound decides.
+    expected = t.random_array(n, "float64", rng=seed)
+    tol = t.TOLERANCES[name]
+    rms = np.sqrt(np.mean(expected ** 2))
+    i = data.draw(st.integers(0, n - 1))
+    limit = 10 * tol * (abs(expected[i]) + rms)
+    actual = expected.copy()
+    actual[i] += 0.99 * limit
+    t.assert_close(actual, expected, name)
+    actual[i] = expected[i] - 1.01 * limit
+    assert np.linalg.norm(actual - expected) <= tol * np.linalg.norm(expected)
+    with pytest.raises(AssertionError, match=rf"1 of {n} elements differ by more than 10 x "
+                                             rf"tolerance(.|\n)*index \({i},\)"):
+        t.assert_close(actual, expected, name)
+
+
+def test_assert_close_scale():
+    expected = np.tile([1.0, -1.0, 1e-3, 2.0], 500)
+    scale = np.tile([1.0, 1.0, 2.0, 0.5], 500)
+    # the element-wise bound is 10 tol (|expected| + scale), element by element
+    limit = 10 * 1e-3 * (np.abs(expected) + scale)
+    one = np.zeros(expected.shape)
+    one[6] = 1
+    t.assert_close(expected + 0.99 * limit * one, expected, rtol=1e-3, scale=scale)
+    with pytest.raises(AssertionError, match=r"differ by more than 10 x tolerance 1.0e-03 x "
+                                             r"\(\|expected\| \+ scale\)(.|\n)*index \(6,\)"):
+        t.assert_close(expected + 1.01 * limit * one, expected, rtol=1e-3, scale=scale)
+    # it is broadcast, and the norm-wise bound takes max(‖expected‖, ‖scale‖)
+    small = np.full((3, 4), 1e-3)
+    t.assert_close(small + 5e-4, small, rtol=1e-3, scale=1.0)
+    with pytest.raises(AssertionError, match="relative error"):
+        t.assert_close(small + 5e-4, small, rtol=1e-3)
+    t.assert_close(small.astype(np.float32), small, scale=np.ones(4))
+    # NaN stays wrong whatever the scale
+    with pytest.raises(AssertionError, match="NaN/inf"):
+        t.assert_close(np.array([np.nan, 1.0]), np.ones(2), rtol=1e9, scale=1e9)
+    # a scale must be real, finite, >= 0 and broadcast to expected
+    for bad, err in ((-1.0, ValueError), (np.nan, ValueError), (np.ones(3), ValueError),
+                     (np.ones(4) * 1j, TypeError), ("big", TypeError)):
+        with pytest.raises(err, match="assert_close: scale"):
+            t.assert_close(small, small, scale=bad)
+
+
+def test_assert_close_refuses_what_holds_no_numbers():
+    for bad in (None, object(), "bogus"):
+        with pytest.raises(TypeError, match="assert_close: actual"):
+            t.assert_close(bad, np.zeros(2))
+        with pytest.raises(TypeError, match="assert_close: expected"):
+            t.assert_close(np.zeros(2), bad)
+
+
+# --- assert_within and unit_roundoff -----------------------------------------------------------
+
+def test_assert_within():
+    expected = np.array([[1.0, 2.0], [3.0, -4.0]])
+    bound = np.array([0.125, 2.0 ** -7])              # per column (exact binary fractions)
+    t.assert_within(expected + [0.125, -2.0 ** -7], expected, bound)
+    t.assert_within(_Device((expected + 0.01).astype(np.float32)), expected, 0.01 + 1e-6)
+    with pytest.raises(AssertionError, match=r"^mine: (.|\n)*1 of 4 elements exceed their "
+                                             r"bound(.|\n)*index \(1, 1\)"):
+        t.assert_within(expected + [[0, 0], [0.0625, 2.0 ** -6]], expected, bound, msg="mine")
+    t.assert_within(np.array([np.nan, np.inf]), np.array([np.nan, np.inf]), 0.0)
+    with pytest.raises(AssertionError, match="NaN/inf"):
+        t.assert_within(np.array([np.nan, 1.0]), np.ones(2), 1e300)
+    with pytest.raises(AssertionError, match="shape mismatch"):
+        t.assert_within(np.ones(3), np.ones(4), 1.0)
+    t.assert_within(np.empty((0, 2)), np.empty((0, 2)), 0.0)
+    for bad, err in ((-1.0, ValueError), (np.inf, ValueError), (np.ones(3), ValueError),
+                     (None, TypeError), (1j, TypeError)):
+        with pytest.raises(err, match="assert_within: bound"):
+            t.assert_within(expected, expected, bad)
+
+
+def test_unit_roundoff():
+    assert t.unit_roundoff("float16") == 2.0 ** -11
+    assert t.unit_roundoff("bfloat16") == 2.0 ** -8
+    assert t.unit_roundoff("tf32") == 2.0 ** -11
+    assert t.unit_roundoff(np.float32) == 2.0 ** -24
+    assert t.unit_roundoff("float64") == 2.0 ** -53
+    assert t.unit_roundoff("complex64") == 2.0 ** -24
+    assert t.unit_roundoff("float8_e4m3fn") == 2.0 ** -4
+    # rounding to nearest errs by at most u relative
+    x = t.random_array(10_000, "float64", rng=0, low=-1e4, high=1e4)
+    for name in ("float16", "bfloat16", "float32"):
+        rounded = x.astype(name).astype(np.float64)
+        assert np.all(np.abs(rounded - x) <= t.unit_roundoff(name) * np.abs(x))
+    with pytest.raises(ValueError, match="unit_roundoff: dtype int32"):
+        t.unit_roundoff("int32")
+    with pytest.raises(TypeError, match="unit_roundoff: dtype"):
+        t.unit_roundoff("bogus")
 
 
 def test_tolerances_cover_every_dtype():
@@ -327,3 +509,17 @@ def test_ref_gemm_batched_and_errors():
         t.ref.gemm(np.ones((2, 3)), np.ones((3, 4)), c=np.ones((3, 4)))
     with pytest.raises(ValueError, match="trans"):
         t.ref.gemm(np.ones((2, 2)), np.ones((2, 2)), trans_a="X")
+
+
+@pytest.mark.parametrize("name", ["cudalibs.testing", "cudalibs.dtypes"])
+def test_dir_offers_the_public_names_only(name):
+    import importlib
+
+    module = importlib.import_module(name)
+    dunders = {n for n in dir(module) if n.startswith("__") and n.endswith("__")}
+    # no np, math, annotations, Mapping, dataclasses or private helper in tab completion ...
+    assert set(dir(module)) - dunders <= set(module.__all__)
+    # ... and every public name in it, each one there
+    assert set(module.__all__) <= set(dir(module))
+    for public in module.__all__:
+        getattr(module, public)

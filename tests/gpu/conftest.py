@@ -6,16 +6,77 @@ Every skip in this tier -- the whole tier for want of a GPU or driver, ``pytest.
 failure that carries the skip's reason.  Only what the machine's hardware rules out may still
 skip: too few GPUs (a two-GPU test on a one-GPU machine) or a GPU without the feature
 (a compute capability, a device attribute); :data:`HARDWARE_REASONS` lists the phrasings.
+
+Without the variable, the tier is skipped only where no GPU is in sight.  When the machine
+shows one independently of cudalibs (``nvidia-smi -L`` lists it, or the kernel driver's
+``/proc/driver/nvidia/gpus`` and a ``/dev/nvidia*`` device node exist) but cudalibs cannot
+load or start the driver, every test fails with the reason: that is a loader or driver
+regression, not a machine without a GPU.  ``CUDA_VISIBLE_DEVICES=`` (empty) hides the GPUs on
+purpose, and the tier is skipped again.
+
+The ``rng`` fixture and the run's private caches come from tests/conftest.py.
 """
 
+import glob
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
 import cudalibs
 
 _REASON = cudalibs.unavailable_reason()
+
+
+def _gpu_in_sight() -> str | None:
+    """What shows an NVIDIA GPU on this machine without cudalibs (a phrase), or None.
+
+    ``nvidia-smi`` asks the kernel driver: a GPU it lists is there, and its "No devices were
+    found" is believed.  When it is missing or cannot reach the driver, the kernel driver's
+    own listing counts, with a device node beside it (a container without GPUs may see the
+    host's ``/proc/driver/nvidia`` but has no ``/dev/nvidia*``)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return None                     # hidden on purpose
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            proc = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            proc = None
+        if proc is not None:
+            gpus = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("GPU ")]
+            if gpus:
+                return f"nvidia-smi -L lists {len(gpus)} GPU(s), first {gpus[0]!r}"
+            if proc.returncode == 0 or "No devices were found" in proc.stdout + proc.stderr:
+                return None
+    try:
+        listed = os.listdir("/proc/driver/nvidia/gpus")
+    except OSError:
+        listed = []
+    nodes = glob.glob("/dev/nvidia[0-9]*")
+    if listed and nodes:
+        return (f"/proc/driver/nvidia/gpus lists {len(listed)} GPU(s) and "
+                f"{', '.join(sorted(nodes))} exist")
+    return None
+
+
+def _broken_reason() -> str | None:
+    """The failure that every test of the tier reports: a GPU is in sight, yet cudalibs
+    cannot use it."""
+    if _REASON is None:
+        return None
+    seen = _gpu_in_sight()
+    if seen is None:
+        return None
+    return (f"a GPU is in sight ({seen}) but cudalibs cannot use it: {_REASON}; a loader or "
+            "driver regression fails here instead of reading as 'no GPU' (to skip the tier "
+            "on purpose, hide the GPUs with CUDA_VISIBLE_DEVICES=)")
+
+
+_BROKEN = _broken_reason()
 
 #: The variable that turns skips into failures.
 REQUIRE_GPU = "CUDALIBS_REQUIRE_GPU"
@@ -74,13 +135,20 @@ def pytest_make_collect_report(collector):
 
 
 def pytest_collection_modifyitems(config, items):
-    if _REASON is None:
+    if _REASON is None or _BROKEN is not None:   # usable, or failed by _gpu_usable
         return
     here = os.path.dirname(__file__)
     skip = pytest.mark.skip(reason=f"GPU tier skipped: {_REASON}")
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gpu_usable():
+    """Fails every test of the tier, first of its fixtures, when :data:`_BROKEN` says why."""
+    if _BROKEN is not None:
+        pytest.fail(_BROKEN, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -114,10 +182,3 @@ def process_options():
     saved = cudalibs.set_options()      # no changes: returns the options in force
     yield cudalibs.set_options
     cudalibs.set_options(saved)
-
-
-@pytest.fixture()
-def rng(request):
-    import numpy as np
-
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)

@@ -31,6 +31,17 @@ RTOL = 2e-2
 #: whose order of additions, hence last bits, may change from run to run, eager or replayed
 #: alike.  The first step's loss, computed before any update, must be bitwise equal.
 GRAPH_RTOL = 1e-6
+#: Each run's AdamW update (parameters after the steps minus before) against PyTorch's,
+#: relative to the norm of PyTorch's: for each matrix (embeddings included, 4,096 elements or
+#: more), each vector (biases and layer norms, 128 to 512 elements), and all parameters as one.
+#: Where the bfloat16 gradients differ by rounding, AdamW's first step, ``lr * sign(g)`` per
+#: element, moves the elements whose gradient is within that rounding of zero by ``lr`` in
+#: opposite directions: their updates differ by ``2 lr`` of some ``5 lr``.  Simulated on the
+#: CPU with two bfloat16 implementations (PyTorch's ops against float32 arithmetic rounded to
+#: bfloat16 at cudalibs's points), seeds 0-8: matrices 3.0-3.7 % of their update, vectors up
+#: to 7 %, all parameters 2.8-3.0 %.  The bounds leave 2-3 times that for the GPU kernels'
+#: own roundings; an update 30 % off, in one tensor or in all, fails them.
+UPDATE_RTOL = {"matrix": 0.10, "vector": 0.20, "all": 0.08}
 
 FEW = settings(max_examples=2, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -142,12 +153,20 @@ def test_matches_torch(seed):
     got = model.host_params()
     init = E.init_params(CFG, seed)
     worst = sorted(((_rel(got[k], ref_params[k]), k) for k in got), reverse=True)
-    moved = sorted(((_rel(got[k] - init[k], ref_params[k] - init[k]), k) for k in got),
-                   reverse=True)
+    update = {k: got[k].astype(np.float64) - init[k] for k in got}
+    ref_update = {k: ref_params[k].astype(np.float64) - init[k] for k in got}
+    moved = sorted(((_rel(update[k], ref_update[k]), k) for k in got), reverse=True)
+    everything = _rel(np.concatenate([update[k].ravel() for k in got]),
+                      np.concatenate([ref_update[k].ravel() for k in got]))
     print("parameters, worst relative differences:", worst[:4])
-    print("updates, worst relative differences:", moved[:4])
+    print("updates, worst relative differences:", moved[:4], "all parameters:", everything)
     bad = [(k, r) for r, k in worst if r > RTOL]
     assert not bad, f"parameters differ from PyTorch's after {STEPS} steps: {bad}"
+    bad = [(k, r) for r, k in moved
+           if r > UPDATE_RTOL["matrix" if got[k].ndim > 1 else "vector"]]
+    assert not bad, f"the updates of {STEPS} steps differ from PyTorch's: {bad}"
+    assert everything <= UPDATE_RTOL["all"], \
+        f"the update of all parameters differs from PyTorch's by {everything:.3g}"
     # The updates moved the weights by several times the tolerance: the check above compares
     # them, not the initial weights.
     assert min(_rel(ref_params[k], init[k]) for k in got

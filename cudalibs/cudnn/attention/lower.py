@@ -197,7 +197,7 @@ class _Builder:
     def reduce(self, op, x, *, dims=None, out=None, strides=None):
         if out is None:
             out = self.virt(dims, strides)
-        det = False if version() >= 91100 else None
+        det = False if version() >= (9, 11, 0) else None
         self.ops.append(_g.reduction_operation(_g.reduction(op, deterministic=det), x, out))
         return out
 
@@ -393,13 +393,12 @@ def _head_sum(B: _Builder, a, b, out, full_dims, m, k):
 
 
 def _version_text() -> str:
-    v = version()
-    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return ".".join(map(str, version()))
 
 
 def unified_applies(spec: Spec) -> str | None:
     """Why the single SDPA operation cannot express ``spec`` (None when it can)."""
-    if version() < 91301:
+    if version() < (9, 13, 1):
         return f"the SDPA operations need cuDNN 9.13.1 (loaded: {_version_text()})"
     why = [w for w, bad in (("causal mask", spec.causal), ("bias", spec.bias is not None),
                             ("dropout", spec.dropout > 0.0),

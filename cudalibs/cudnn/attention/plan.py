@@ -27,7 +27,7 @@ from ...runtime.operand import operands as _operands
 from ...runtime.options import options as _current_options
 from ...runtime.plan import Plan, scratch as _scratch
 from .. import backend as _be
-from .._base import last_error_string, raise_for, version
+from .._base import last_error_string, raise_for, version, version_int
 from ..handle import handle_for, workspace
 from ..handle import workspace_limit as _default_limit
 from . import lower as _ag
@@ -273,7 +273,7 @@ class SdpaPlanBase(Plan):
         return {"spec": s, "graphs": list(self._graphs), "max": self._max}
 
     def _library_version(self) -> str:
-        return str(version())
+        return str(version_int())
 
     def _heuristics(self) -> list[dict]:
         dev = self._device
@@ -305,7 +305,8 @@ class SdpaPlanBase(Plan):
                 objs.append(run)
         self._unavailable = why
         if not cands:
-            raise CudaLibsError(f"{type(self).__name__}: cuDNN {version()} has no engine for "
+            cudnn = ".".join(map(str, version()))
+            raise CudaLibsError(f"{type(self).__name__}: cuDNN {cudnn} has no engine for "
                                 f"{self._text}: " + "; ".join(f"{k}: {w}" for k, w in why.items()))
         self._objs = objs
         return cands
@@ -379,7 +380,7 @@ class SdpaPlanBase(Plan):
         self._live()
         if self._exe is None:
             self.plan()
-        *arrs, dev = _operands(op, *named, stream=stream)
+        *arrs, dev = _operands(op, *named, stream=stream, required=len(named))
         if dev is not self._device:
             raise ValueError(f"{op}: the operands are on device {dev.ordinal}, the plan on "
                              f"device {self._device.ordinal}")

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 
+from ...driver.array import DeviceArray
 from ...driver.stream import as_stream
 from ...runtime import front as _front
 from ...runtime import options as _options
@@ -116,7 +117,7 @@ class SdpaPlan(SdpaPlanBase):
                  dump_mask=False, graphs=None, max_candidates=None):
         op = "SdpaPlan"
         q, k, v, bias, out, dev = _operands(op, (q, "q"), (k, "k"), (v, "v"), (bias, "bias"),
-                                            (out, "out"))
+                                            (out, "out"), required=3)
         b, h_q, h_kv, s_q, s_kv, d, d_v = check_qkv(op, q, k, v, MAX_HEAD_DIM)
         check_arch(op, dev)
         p = check_dropout(op, dropout, seed)
@@ -240,7 +241,7 @@ class SdpaBackwardPlan(SdpaPlanBase):
         dq, dk, dv = _out3(op, out)
         q, k, v, o, do, bias, dq, dk, dv, dev = _operands(
             op, (q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do"), (bias, "bias"),
-            (dq, "dq"), (dk, "dk"), (dv, "dv"))
+            (dq, "dq"), (dk, "dk"), (dv, "dv"), required=5)
         b, h_q, h_kv, s_q, s_kv, d, d_v = check_qkv(op, q, k, v, MAX_HEAD_DIM_BACKWARD)
         check_arch(op, dev)
         p = check_dropout(op, dropout, seed)
@@ -383,7 +384,7 @@ def sdpa(q, k, v, *, scale=None, causal=False, bias=None, seq_lens_q=None, seq_l
         ``o``, or ``(o, stats)`` with ``training`` (float32 ``[b, h_q, s_q, 1]``).
     """
     q, k, v, bias, out, dev = _operands("sdpa", (q, "q"), (k, "k"), (v, "v"), (bias, "bias"),
-                                        (out, "out"), stream=stream)
+                                        (out, "out"), stream=stream, required=3)
     o = _options.options()
     tune = o.sdpa_autotune
     key = (SDPA_KEY, dev.ordinal, q.dtype, q.shape, q.strides, k.shape, k.strides,
@@ -425,7 +426,11 @@ def sdpa_backward(q, k, v, o, do, stats, *, scale=None, causal=False, bias=None,
     dq, dk, dv = _out3("sdpa_backward", out)
     q, k, v, o, do, bias, dq, dk, dv, dev = _operands(
         "sdpa_backward", (q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do"), (bias, "bias"),
-        (dq, "dq"), (dk, "dk"), (dv, "dv"), stream=stream)
+        (dq, "dq"), (dk, "dk"), (dv, "dv"), stream=stream, required=5)
+    if type(stats) is not DeviceArray:
+        # The plan checks DeviceArray statistics against the problem; anything else (None, a
+        # foreign array) goes through the operand path here, before any C call.
+        stats = _operands("sdpa_backward", (stats, "stats"), stream=stream, required=1)[0]
     outs = (dq, dk, dv)
     opts = _options.options()
     tune = opts.sdpa_autotune

@@ -25,6 +25,7 @@ import contextlib
 
 import numpy as np
 
+from ...driver.array import DeviceArray
 from ...driver.stream import as_stream
 from ...runtime import front as _front
 from ...runtime import ptxlib as _ptxlib
@@ -328,7 +329,11 @@ def conv_bias_act(x, w, bias, *, activation="relu", z=None, alpha=1.0, alpha2=1.
         raise ValueError(f"activation must be 'relu' or 'identity' (what cuDNN fuses), "
                          f"not {activation!r}")
     x, w, out, dev = _operands("conv_bias_act", (x, "x"), (w, "w"), (out, "out"),
-                               stream=stream)
+                               stream=stream, required=2)
+    if type(bias) is not DeviceArray:
+        # The plan checks a DeviceArray bias against the problem; anything else (None, a
+        # foreign array) goes through the operand path here, before any C call.
+        bias = _operands("conv_bias_act", (bias, "bias"), stream=stream, required=1)[0]
     s = as_stream(stream, dev)
     graph = (_CURRENT.get() or _PROCESS[0]).conv_graph_api
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)

@@ -56,6 +56,7 @@ outputs are allocated in it.  An ``out`` that shares memory with an input is ref
 
 from __future__ import annotations
 
+from ...driver.args import int_tuple
 from ...driver.stream import as_stream
 from ...runtime import front as _front
 from ...runtime.cache import KeyKind, cache as _cache
@@ -188,7 +189,7 @@ def conv_forward(x, w, *, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         cuDNN rejected the problem (the message says which and includes its own account).
     """
     x, w, out, dev = _operands("conv_forward", (x, "x"), (w, "w"), (out, "out"),
-                               stream=stream)
+                               stream=stream, required=2)
     s = as_stream(stream, dev)
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     graph = (_CURRENT.get() or _PROCESS[0]).conv_graph_api
@@ -239,7 +240,8 @@ def conv_backward_data(dy, w, x_shape=None, *, stride=1, padding=0, dilation=1, 
     """
     if x_shape is None and out is not None:
         x_shape = _operand(out, "out", "conv_backward_data").shape
-    xs = None if x_shape is None else tuple(int(v) for v in x_shape)
+    xs = None if x_shape is None else int_tuple(x_shape, "conv_backward_data: x_shape",
+                                                scalar=False)
     return _backward("conv_backward_data", BACKWARD_DATA_KEY, ConvBackwardDataPlan,
                      (dy, "dy"), (w, "w"), xs, (1, 0), stride, padding, dilation, groups,
                      algo, math, deterministic, workspace_limit, out, alpha, beta, stream)
@@ -280,7 +282,7 @@ def conv_backward_filter(x, dy, filter_shape=None, *, stride=1, padding=0, dilat
         if out is None:
             raise ValueError("conv_backward_filter needs filter_shape or out")
         filter_shape = _operand(out, "out", "conv_backward_filter").shape
-    fs = tuple(int(v) for v in filter_shape)
+    fs = int_tuple(filter_shape, "conv_backward_filter: filter_shape", scalar=False)
     return _backward("conv_backward_filter", BACKWARD_FILTER_KEY, ConvBackwardFilterPlan,
                      (x, "x"), (dy, "dy"), fs, (0, 1), stride, padding, dilation, groups,
                      algo, math, deterministic, workspace_limit, out, alpha, beta, stream)
@@ -291,7 +293,7 @@ def _backward(op, kind, cls, a, b, extra, order, stride, padding, dilation, grou
     """The two backward one-shots: operands, key, cached plan, output, the call.  ``order``:
     which of the two inputs the library call takes first."""
     (a, an), (b, bn) = a, b
-    a, b, out, dev = _operands(op, (a, an), (b, bn), (out, "out"), stream=stream)
+    a, b, out, dev = _operands(op, (a, an), (b, bn), (out, "out"), stream=stream, required=2)
     s = as_stream(stream, dev)
     limit = _default_limit() if workspace_limit is None else int(workspace_limit)
     graph = (_CURRENT.get() or _PROCESS[0]).conv_graph_api
@@ -312,7 +314,7 @@ def _backward(op, kind, cls, a, b, extra, order, stride, padding, dilation, grou
 
 # -- backward bias --------------------------------------------------------------------------------
 def _bias_grad_descs(dy):
-    check_float(dy, "dy")
+    check_float(dy, "conv_backward_bias: dy")
     if dy.dtype.name == "bfloat16":
         # cuDNN 9 answers CUDNN_STATUS_NOT_SUPPORTED; say so before the call.
         raise TypeError("cudnnConvolutionBackwardBias does not support bfloat16 (cuDNN "

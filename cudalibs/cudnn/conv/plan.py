@@ -27,6 +27,7 @@ import threading
 
 import numpy as np
 
+from ...driver.args import int_tuple
 from ...driver.stream import as_stream
 from ...runtime import log as _log
 from ...runtime.operand import operands as _operands
@@ -34,9 +35,9 @@ from ...runtime.options import options as _current_options
 from ...runtime.plan import Plan, scratch as _scratch
 from .. import _lib
 from .. import backend as _be
-from .._base import last_error_string, raise_for, version
+from .._base import last_error_string, raise_for, version_int
 from .._common import (check_float, check_overlap, is_double, layout_of, out_hint, output,
-                      pick_layout, scalar, tuple_arg)
+                      pick_layout, scalar)
 from ..descriptors import (MATH_TYPES, check_conv_params, convolution_descriptor,
                           filter_descriptor, layout_name, packed_strides, tensor_descriptor)
 from ..handle import handle_for, workspace
@@ -64,14 +65,16 @@ def conv_output_shape(x_shape, w_shape, *, stride=1, padding=0, dilation=1, grou
         Mismatched channels, groups not dividing them, bad parameters, or an output
         dimension below 1.
     """
-    x_shape, w_shape = tuple(x_shape), tuple(w_shape)
+    op = "conv_output_shape: "
+    x_shape = int_tuple(x_shape, op + "x_shape", scalar=False)
+    w_shape = int_tuple(w_shape, op + "w_shape", scalar=False)
     nsp = len(x_shape) - 2
     if nsp < 1 or len(w_shape) != len(x_shape):
-        raise ValueError(f"input {x_shape} and filter {w_shape} need the same number (>= 3) "
-                         "of dimensions")
-    stride = tuple_arg(stride, nsp, "stride")
-    padding = tuple_arg(padding, nsp, "padding")
-    dilation = tuple_arg(dilation, nsp, "dilation")
+        raise ValueError(f"{op}x_shape {x_shape} and w_shape {w_shape} need the same number "
+                         "(>= 3) of dimensions")
+    stride = int_tuple(stride, op + "stride", nsp)
+    padding = int_tuple(padding, op + "padding", nsp)
+    dilation = int_tuple(dilation, op + "dilation", nsp)
     check_conv_params(padding, stride, dilation, int(groups))
     check_channels(x_shape[1], w_shape, groups)
     out = [x_shape[0], w_shape[0]]
@@ -111,20 +114,21 @@ def math_defaults(dtype, math):
     return compute, MATH_TYPES[math], math
 
 
-def check_pair(a, b, an, bn):
-    check_float(a, an)
+def check_pair(a, b, an, bn, op):
+    check_float(a, f"{op}: {an}")
     if b.dtype != a.dtype:
-        raise TypeError(f"{bn} has dtype {b.dtype} but {an} has {a.dtype}; they must match")
+        raise TypeError(f"{op}: {bn} has dtype {b.dtype} but {an} has {a.dtype}; they must "
+                        "match")
     if b.ndim != a.ndim:
-        raise ValueError(f"{an} {a.shape} and {bn} {b.shape} need the same number of "
+        raise ValueError(f"{op}: {an} {a.shape} and {bn} {b.shape} need the same number of "
                          "dimensions (4 for 2-D convolution, 5 for 3-D)")
 
 
 def conv_params(nsp, stride, padding, dilation, groups):
     """Checked ``(padding, stride, dilation, groups)``."""
-    stride = tuple_arg(stride, nsp, "stride")
-    padding = tuple_arg(padding, nsp, "padding")
-    dilation = tuple_arg(dilation, nsp, "dilation")
+    stride = int_tuple(stride, "stride", nsp)
+    padding = int_tuple(padding, "padding", nsp)
+    dilation = int_tuple(dilation, "dilation", nsp)
     groups = int(groups)
     check_conv_params(padding, stride, dilation, groups)
     return padding, stride, dilation, groups
@@ -212,8 +216,8 @@ class ConvPlan(Plan):
                deterministic, workspace_limit, alpha, beta, out, graph_api, max_candidates):
         an, bn = self.names
         opname = f"{type(self).__name__}"
-        a, b, dev = _operands(opname, (a, an), (b, bn))
-        check_pair(a, b, an, bn)
+        a, b, dev = _operands(opname, (a, an), (b, bn), required=2)
+        check_pair(a, b, an, bn, opname)
         cl = pick_layout((layout_of(a, an), an), (layout_of(b, bn), bn), prefer=out_hint(out))
         pad, st_, dil, groups = conv_params(a.ndim - 2, stride, padding, dilation, groups)
         self._dtype = np.dtype(a.dtype)
@@ -287,7 +291,7 @@ class ConvPlan(Plan):
         return {}
 
     def _library_version(self) -> str:
-        return str(version())
+        return str(version_int())
 
     def _handle(self):
         return handle_for(self._device, as_stream(None, self._device).raw_handle)
@@ -489,7 +493,7 @@ class ConvPlan(Plan):
         if self._exe is None:
             self.plan()
         an, bn = self.names
-        a, b, dev = _operands(op, (a, an), (b, bn), stream=stream)
+        a, b, dev = _operands(op, (a, an), (b, bn), stream=stream, required=2)
         if dev is not self._device:
             raise ValueError(f"{op}: the operands are on device {dev.ordinal}, the plan on "
                              f"device {self._device.ordinal}")

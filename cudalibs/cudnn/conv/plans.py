@@ -7,6 +7,7 @@ engines) that says which operands it takes and how its output's shape follows fr
 
 from __future__ import annotations
 
+from ...driver.args import int_tuple
 from ...errors import CudaLibsError
 from ...runtime.operand import operand
 from .. import _lib
@@ -181,7 +182,7 @@ class ConvBackwardDataPlan(ConvPlan):
                 for i in range(nsp))
             if any(v < 1 for v in xs):
                 raise ValueError(f"no input shape gives dy {dy_shape} with these parameters")
-        xs = tuple(int(v) for v in xs)
+        xs = int_tuple(xs, f"{type(self).__name__}: x_shape", scalar=False)
         if len(xs) != len(dy_shape):
             raise ValueError(f"x_shape {xs} must have {len(dy_shape)} dimensions")
         expect = conv_output_shape(xs, w_shape, stride=st_, padding=pad, dilation=dil,
@@ -224,7 +225,7 @@ class ConvBackwardFilterPlan(ConvPlan):
 
     def _shapes(self, x_shape, dy_shape, ws_):
         pad, st_, dil, groups = self._conv
-        ws_ = tuple(int(v) for v in ws_)
+        ws_ = int_tuple(ws_, f"{type(self).__name__}: filter_shape", scalar=False)
         if len(ws_) != len(x_shape) or any(v < 1 for v in ws_):
             raise ValueError(f"filter_shape {ws_} must have {len(x_shape)} positive dimensions")
         expect = conv_output_shape(x_shape, ws_, stride=st_, padding=pad, dilation=dil,

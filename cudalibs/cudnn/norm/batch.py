@@ -51,7 +51,7 @@ from ...runtime.cache import KeyKind
 from ...runtime.operand import operand
 from ...runtime.plan import Plan, scratch as _scratch
 from .. import _lib
-from .._base import raise_for, version
+from .._base import raise_for, version_int
 from .._common import check_float, is_double, layout_padded, output, padded
 from ..descriptors import (ActivationDescriptor, TensorDescriptor, layout_name, layouts_of,
                           packed_strides)
@@ -230,7 +230,7 @@ class BatchNormPlan(Plan):
         shares the cache entry."""
         if mode not in BN_MODES:
             raise ValueError(f"mode must be 'spatial' or 'per_activation', not {mode!r}")
-        check_float(x, "x")
+        check_float(x, f"{type(self).__name__}: x")
         shape, strides = padded(x, "x")
         cl = layout_padded(shape, strides, x.itemsize, "x")[0]
         self._name = mode
@@ -288,7 +288,7 @@ class BatchNormPlan(Plan):
                 f"{'training' if self._training else 'inference'}")
 
     def _library_version(self) -> str:
-        return str(version())
+        return str(version_int())
 
     def _heuristics(self) -> list[dict]:
         if not self._training:

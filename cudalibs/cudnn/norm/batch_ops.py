@@ -3,9 +3,11 @@ through the one front in the one plan cache (see :mod:`cudalibs.cudnn.norm.batch
 
 from __future__ import annotations
 
+from ...driver.array import DeviceArray
 from ...driver.stream import as_stream
 from ...runtime import front as _front
 from ...runtime.operand import operand
+from ...runtime.operand import operands as _operands
 from .._common import resolve
 from .batch import BATCH_NORM_KEY, BatchNormPlan, unpack_state
 
@@ -83,8 +85,14 @@ def batch_norm_train(x, scale, bias, running_mean=None, running_var=None, *, mom
     CudnnError
         cuDNN refused the call.
     """
-    x = operand(x, "x", "batch_norm_train", stream=stream)
+    op = "batch_norm_train"
+    x = operand(x, "x", op, stream=stream)
     dev = x.device
+    if type(scale) is not DeviceArray or type(bias) is not DeviceArray:
+        # The plan checks DeviceArray parameters against the problem; anything else (None, a
+        # foreign array) goes through the operand path here, before any C call.
+        scale, bias, _ = _operands(op, (scale, "scale"), (bias, "bias"), stream=stream,
+                                   required=2)
     return _cached(x, mode)._train(x, dev, as_stream(stream, dev), scale, bias, running_mean,
                                    running_var, momentum, eps, activation, z, out)
 
@@ -108,8 +116,15 @@ def batch_norm_infer(x, scale, bias, mean, var, *, eps=1e-5, mode="spatial", out
     DeviceArray
         ``y``.
     """
-    x = operand(x, "x", "batch_norm_infer", stream=stream)
+    op = "batch_norm_infer"
+    x = operand(x, "x", op, stream=stream)
     dev = x.device
+    if type(scale) is not DeviceArray or type(bias) is not DeviceArray or \
+            type(mean) is not DeviceArray or type(var) is not DeviceArray:
+        # As in batch_norm_train: anything but a DeviceArray through the operand path now.
+        scale, bias, mean, var, _ = _operands(op, (scale, "scale"), (bias, "bias"),
+                                              (mean, "mean"), (var, "var"), stream=stream,
+                                              required=4)
     return _cached(x, mode)._infer(x, dev, as_stream(stream, dev), scale, bias, mean, var, eps,
                                    out)
 
@@ -149,6 +164,10 @@ def batch_norm_backward(x, dy, scale, save_mean=None, save_inv_std=None, *, rese
     """
     sm, siv, reserve, eps, mode, ops, bias, y_fwd = unpack_state(save_mean, save_inv_std, reserve,
                                                             eps, mode)
-    x, dy, dev, s = resolve("batch_norm_backward", (x, "x"), (dy, "dy"), stream=stream)
+    x, dy, dev, s = resolve("batch_norm_backward", (x, "x"), (dy, "dy"), stream=stream,
+                            required=2)
+    if type(scale) is not DeviceArray:
+        # As in batch_norm_train: anything but a DeviceArray through the operand path now.
+        scale = _operands("batch_norm_backward", (scale, "scale"), stream=stream, required=1)[0]
     return _cached(x, mode)._backward(x, dy, dev, s, scale, sm, siv, reserve, eps, ops, bias,
                                       y_fwd, out)

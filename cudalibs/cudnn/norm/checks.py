@@ -74,7 +74,7 @@ def check_data(arr, name, op, shape=None, dtype=None):
     if dtype is not None and arr.dtype != dtype:
         raise TypeError(f"{op}: {name} has dtype {arr.dtype}, expected {dtype} (like x)")
     if shape is not None and arr.shape != shape:
-        raise ValueError(f"{op}: {name} has shape {arr.shape}, expected {shape}")
+        raise ValueError(f"{op}: {name} has shape {arr.shape}, expected {shape} (like x)")
     if arr.size == 0:
         raise ValueError(f"{op}: {name} is empty (shape {arr.shape})")
     if not arr.is_c_contiguous:
@@ -158,8 +158,6 @@ def outs_of(out, n, op):
 
 # -- argument checks shared by the plans and the one-shots ---------------------------------------
 def check_forward(op, mode, x, w, b, normalized_ndim) -> int:
-    if x is None or w is None:
-        raise TypeError(f"{op}: {'x' if x is None else 'weight'} is required")
     check_data(x, "x", op)
     k = check_ndim(normalized_ndim, x, op)
     check_weight(w, "weight", x, k, op)
@@ -171,9 +169,6 @@ def check_forward(op, mode, x, w, b, normalized_ndim) -> int:
 
 
 def check_backward(op, x, dy, w, normalized_ndim) -> int:
-    if x is None or dy is None or w is None:
-        missing = "x" if x is None else "dy" if dy is None else "weight"
-        raise TypeError(f"{op}: {missing} is required")
     check_data(x, "x", op)
     check_data(dy, "dy", op, shape=x.shape, dtype=x.dtype)
     k = check_ndim(normalized_ndim, x, op)

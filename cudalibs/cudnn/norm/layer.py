@@ -56,7 +56,7 @@ from ...runtime.operand import operand as _operand
 from ...runtime.operand import operands as _operands
 from ...runtime.plan import Plan, scratch as _scratch
 from .. import backend as _be
-from .._base import last_error_string, raise_for, version
+from .._base import last_error_string, raise_for, version, version_int
 from .._common import check_overlap
 from ..handle import handle_for, workspace
 from ..handle import workspace_limit as _default_limit
@@ -157,7 +157,7 @@ class NormPlan(Plan):
         return {}
 
     def _library_version(self) -> str:
-        return str(version())
+        return str(version_int())
 
     def _heuristics(self) -> list[dict]:
         h = handle_for(self._device, as_stream(None, self._device).raw_handle)
@@ -168,7 +168,8 @@ class NormPlan(Plan):
         except _be.NoGraph as exc:
             last_error_string()
             hint = "; try the weight in x's dtype" if self._wdtype != self._dtype else ""
-            raise NoNormEngineError(f"cuDNN {version()} has no engine for {self._problem()} "
+            cudnn = ".".join(map(str, version()))
+            raise NoNormEngineError(f"cuDNN {cudnn} has no engine for {self._problem()} "
                                     f"on {self._device.arch}{hint}: {exc}") from None
         self._objs = [p for _, p in pairs]
         return [c for c, _ in pairs]
@@ -249,10 +250,11 @@ class NormPlan(Plan):
     def relaunch_slots(self) -> list:
         return [e.relaunches for e in self._objs]
 
-    def _front(self, op, stream, *named):
-        """The execute front: operands through the one path, on the plan's device."""
+    def _front(self, op, stream, required, *named):
+        """The execute front: operands through the one path (the first ``required`` ones
+        required), on the plan's device."""
         self._live()
-        *arrs, dev = _operands(op, *named, stream=stream)
+        *arrs, dev = _operands(op, *named, stream=stream, required=required)
         if dev is not self._device:
             raise ValueError(f"{op}: the operands are on device {dev.ordinal}, the plan on "
                              f"device {self._device.ordinal}")
@@ -370,7 +372,8 @@ class NormForwardPlan(NormPlan):
                  max_candidates=None, alignment=None):
         name = type(self).__name__
         mode = check_mode(mode)
-        x, w, b, dev = _operands(name, (x, "x"), (weight, "weight"), (bias, "bias"))
+        x, w, b, dev = _operands(name, (x, "x"), (weight, "weight"), (bias, "bias"),
+                                 required=2)
         check_forward(name, mode, x, w, b, normalized_ndim)
         self._eps = check_eps(eps, name)
         self._training = bool(training)
@@ -429,7 +432,8 @@ class NormForwardPlan(NormPlan):
             ``y``; in training ``(y, mean, inv_std)`` or ``(y, inv_rms)``.
         """
         op = f"{type(self).__name__}.execute"
-        (x, w, b), dev = self._front(op, stream, (x, "x"), (weight, "weight"), (bias, "bias"))
+        (x, w, b), dev = self._front(op, stream, 2, (x, "x"), (weight, "weight"),
+                                     (bias, "bias"))
         self._match(x, "x", op)
         self._match(w, "weight", op, True)
         if (b is not None) != self._bias:
@@ -485,7 +489,7 @@ class NormBackwardPlan(NormPlan):
                  workspace_limit=None, max_candidates=None, alignment=None):
         name = type(self).__name__
         mode = check_mode(mode)
-        dy, x, w, dev = _operands(name, (dy, "dy"), (x, "x"), (weight, "weight"))
+        dy, x, w, dev = _operands(name, (dy, "dy"), (x, "x"), (weight, "weight"), required=3)
         k = check_backward(name, x, dy, w, normalized_ndim)
         self._setup(dev, mode, x, k, w.dtype,
                     alignment_of(dy, x, w) if alignment is None else alignment, deterministic,
@@ -516,8 +520,9 @@ class NormBackwardPlan(NormPlan):
             ``(dx, dweight, dbias)`` for layer norm, ``(dx, dweight)`` for RMS norm.
         """
         op = f"{type(self).__name__}.execute"
-        (dy, x, w, m, r), dev = self._front(op, stream, (dy, "dy"), (x, "x"), (weight, "weight"),
-                                            (mean, "mean"), (inv_std, "inv_std"))
+        (dy, x, w, m, r), dev = self._front(op, stream, 3, (dy, "dy"), (x, "x"),
+                                            (weight, "weight"), (mean, "mean"),
+                                            (inv_std, "inv_std"))
         self._match(dy, "dy", op)
         self._match(x, "x", op)
         self._match(w, "weight", op, True)
@@ -547,7 +552,8 @@ class NormBackwardPlan(NormPlan):
 # -- the one-shot functions ------------------------------------------------------------------
 def _norm_forward(op, mode, x, weight, bias, eps, training, normalized_ndim, out, stream,
                   algo, deterministic):
-    x, w, b, dev = _operands(op, (x, "x"), (weight, "weight"), (bias, "bias"), stream=stream)
+    x, w, b, dev = _operands(op, (x, "x"), (weight, "weight"), (bias, "bias"), stream=stream,
+                             required=2)
     k = check_forward(op, mode, x, w, b, normalized_ndim)
     e = check_eps(eps, op)
     training = bool(training)
@@ -569,7 +575,8 @@ def _norm_backward(op, mode, dy, x, weight, mean, inv, normalized_ndim, out, str
                    deterministic):
     dy, x, w, m, r, dev = _operands(op, (dy, "dy"), (x, "x"), (weight, "weight"),
                                     (mean, "mean"), (inv, "inv_std" if mode == "layer"
-                                                     else "inv_rms"), stream=stream)
+                                                     else "inv_rms"), stream=stream,
+                                    required=3)
     k = check_backward(op, x, dy, w, normalized_ndim)
     rows = split_rows(x.shape, k)[0]
     m, r = check_stats(op, mode, m, r, rows)

@@ -7,6 +7,7 @@ import ctypes
 
 import numpy as np
 
+from ...driver.args import int_arg, int_tuple
 from ...driver.array import to_device
 from .. import _lib
 from .._base import raise_for
@@ -49,10 +50,19 @@ class DropoutDescriptor(Descriptor):
     _kind = "Dropout"
 
     def __init__(self, handle, p: float, seed: int, states=None):
+        op = "DropoutDescriptor"
+        if not isinstance(handle, _lib.cudnnHandle_t) or not handle:
+            raise TypeError(f"{op}: handle must be a live cudnnHandle_t (a cuDNN handle's raw), "
+                            f"not {handle!r}")
+        try:
+            p = float(p)
+        except (TypeError, ValueError):
+            raise TypeError(f"{op}: p must be a number, not {p!r}") from None
+        seed = int_arg(seed, f"{op}: seed")
         self._states = states
         self._handle = handle
         try:
-            super().__init__((float(p), int(seed)))
+            super().__init__((p, seed))
         finally:
             self._handle = None       # only the set call needs it
 
@@ -80,10 +90,14 @@ class RNNDescriptor(Descriptor):
     _kind = "RNN"
 
     def __init__(self, spec: RNNSpec, algo: int, dropout: DropoutDescriptor | None = None):
+        if not isinstance(spec, RNNSpec):
+            raise TypeError(f"RNNDescriptor: spec must be an RNNSpec (from rnn_spec), not "
+                            f"{type(spec).__name__}")
+        algo = int_arg(algo, "RNNDescriptor: algo")
         self._dropout = dropout       # the descriptor refers to it: keep it alive
         bias = _lib.CUDNN_RNN_DOUBLE_BIAS if spec.bias else _lib.CUDNN_RNN_NO_BIAS
         dirs = _lib.CUDNN_BIDIRECTIONAL if spec.dirs == 2 else _lib.CUDNN_UNIDIRECTIONAL
-        super().__init__((int(algo), spec.cell, bias, dirs, spec.data_type, spec.math_prec,
+        super().__init__((algo, spec.cell, bias, dirs, spec.data_type, spec.math_prec,
                           spec.math_type, spec.input_size, spec.hidden_size, spec.out_size,
                           spec.num_layers, _lib.CUDNN_RNN_PADDED_IO_ENABLED))
 
@@ -134,8 +148,14 @@ class RNNDataDescriptor(Descriptor):
 
     def __init__(self, dtype: int, layout: int, seq_len: int, batch: int, vector_size: int,
                  lengths):
-        super().__init__((int(dtype), int(layout), int(seq_len), int(batch), int(vector_size),
-                          tuple(int(v) for v in lengths)))
+        op = "RNNDataDescriptor"
+        key = tuple(int_arg(v, f"{op}: {n}") for v, n in (
+            (dtype, "dtype"), (layout, "layout"), (seq_len, "seq_len"), (batch, "batch"),
+            (vector_size, "vector_size")))
+        lengths = int_tuple(lengths, f"{op}: lengths", scalar=False)
+        if len(lengths) != key[3]:
+            raise ValueError(f"{op}: lengths has {len(lengths)} entries for a batch of {key[3]}")
+        super().__init__(key + (lengths,))
 
     def _set(self, L, raw, dtype, layout, seq_len, batch, vec, lengths):
         arr = (ctypes.c_int * batch)(*lengths)

@@ -53,7 +53,7 @@ from ...runtime.cache import KeyKind
 from ...runtime.operand import operands
 from ...runtime.plan import Plan, scratch as _scratch
 from .. import _lib
-from .._base import last_error_string, raise_for, version
+from .._base import last_error_string, raise_for, version_int
 from .._common import check_overlap, output
 from ..descriptors import tensor_descriptor
 from ..handle import handle_for, workspace
@@ -246,7 +246,7 @@ class RNN(Plan):
                 "inference_only": self._inference_only, "algos": list(self._algos)}
 
     def _library_version(self) -> str:
-        return str(version())
+        return str(version_int())
 
     def _heuristics(self) -> list[dict]:
         s = as_stream(None, self._device)

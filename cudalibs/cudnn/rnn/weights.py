@@ -302,6 +302,10 @@ class RNNWeights(Mapping):
     __slots__ = ("space", "_views")
 
     def __init__(self, space: DeviceArray, layout: dict):
+        space = operand(space, "space", "RNNWeights")
+        if not isinstance(layout, Mapping):
+            raise TypeError(f"RNNWeights: layout must be a mapping name -> (offset, shape), not "
+                            f"{type(layout).__name__}")
         self.space = space
         self._views = {name: space[off:off + math.prod(shape)].reshape(shape)
                        for name, (off, shape) in layout.items()}

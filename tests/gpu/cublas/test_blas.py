@@ -1,5 +1,6 @@
 """cuBLAS level 1 and 2 against float64 numpy."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,6 +34,36 @@ def _cancellation(terms: float, total) -> float:
     return float(terms / total) if total else float("inf")
 
 
+def _gamma(n: int, u: float) -> float:
+    """``γ_n = n u / (1 − n u)``: the relative error bound of ``n`` roundings in a row."""
+    return n * u / (1 - n * u)
+
+
+def _dot_bound(x, y, exact) -> float:
+    """The largest error of ``cublas.dot(x, y)`` (or ``dot(x, y, conjugate=True)``) against
+    the float64 ``exact``, from the arithmetic ``cublasDotEx`` does.
+
+    Any order of summation errs by at most ``γ_n Σ|x_i||y_i|`` in real arithmetic and
+    ``√2 γ_{n+2} Σ|x_i||y_i|`` in complex (Higham, *Accuracy and Stability of Numerical
+    Algorithms*, §3.1 and §3.6), with ``u`` that of the accumulation: float32 for float16 and
+    bfloat16 (whose products are exact in it, 2 x 11 significand bits < 24), the type itself
+    otherwise.  The float64 reference errs in the same way with ``u = 2**-53``.  float16 and
+    bfloat16 results are then rounded to their type: twice its unit roundoff relative to the
+    value (a faithful rounding, to either neighbour), plus half its smallest subnormal.
+    """
+    dt, n = x.dtype, len(x)
+    terms = float(np.sum(np.abs(x.astype(np.complex128)) * np.abs(y.astype(np.complex128))))
+    half = dt in (np.float16, cl.dtypes.bfloat16)
+    u_acc = T.unit_roundoff(np.float32 if half else dt)
+    k = (np.sqrt(2), n + 2) if dt.kind == "c" else (1.0, n)
+    acc = k[0] * _gamma(k[1], u_acc) * terms
+    ref = np.sqrt(2) * _gamma(n + 2, 2.0 ** -53) * terms
+    if not half:
+        return acc + ref
+    tiny = float(ml_dtypes.finfo(dt).smallest_subnormal) / 2
+    return acc + ref + 2 * T.unit_roundoff(dt) * (abs(exact) + acc) + tiny
+
+
 @pytest.mark.parametrize("dtype", LEVEL1)
 @GPU
 @given(n=T.matrix_sizes(500), incx=st.integers(1, 3), incy=st.integers(1, 3),
@@ -46,20 +77,19 @@ def test_level1(device, dtype, n, incx, incy, seed):
     wide = np.complex128 if dt.kind == "c" else np.float64
     dx, dy = _vec(x, incx), _vec(y, incy)
 
-    # A sum's rounding error is relative to its summands, not to the (possibly cancelled)
-    # sum: the tolerance grows by how much cancels.
     x64, y64 = x.astype(wide), y.astype(wide)
     tol = T.TOLERANCES[dtype]
+    # The dot against the error bound of its own arithmetic (see _dot_bound): a product left
+    # out or counted twice exceeds it, where a tolerance scaled by the cancellation would not.
     r = cublas.dot(dx, dy)
     assert r.shape == () and r.dtype == dt
     exact = np.sum(x64 * y64)
-    T.assert_close(r.get().reshape(1), [exact],
-                   rtol=tol * max(1.0, _cancellation(np.abs(x64 * y64).sum(), exact)))
+    T.assert_within(r.get().reshape(1), [exact], _dot_bound(x, y, exact), msg=f"dot n={n}")
     if dt.kind == "c":
         r = cublas.dot(dx, dy, conjugate=True)
         exact = np.vdot(x64, y64)
-        T.assert_close(r.get().reshape(1), [exact],
-                       rtol=tol * max(1.0, _cancellation(np.abs(x64 * y64).sum(), exact)))
+        T.assert_within(r.get().reshape(1), [exact], _dot_bound(x, y, exact),
+                        msg=f"dotc n={n}")
     nrm = cublas.nrm2(dx)
     T.assert_close(nrm.get().reshape(1), [np.linalg.norm(x.astype(wide))], dtype)
 

@@ -1,5 +1,6 @@
 """cuBLASLt plans against float64 numpy: epilogues, batching, autotune, fp8, lifetime, graphs."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,22 +36,55 @@ def _reference(a, b, bias, epilogue):
     return pre, pre
 
 
-def _tol(dtype, epilogue, compute=None, cancellation=1.0):
+def _tol(dtype, epilogue, compute=None):
     if dtype == "float32" and epilogue and "gelu" in epilogue and compute != "tf32":
         return dict(rtol=GELU_FP32_RTOL)
-    if dtype in ("float16", "bfloat16") and epilogue and "bias" in epilogue:
-        # The half-precision bias epilogues round the product before adding the bias, so
-        # their error is relative to the summands, not to the (possibly cancelled) sum.
-        return dict(rtol=T.TOLERANCES[dtype] * max(1.0, cancellation))
     return dict(dtype=dtype, compute=compute)
 
 
-def _cancellation(a, b, bias) -> float:
-    """``‖|a| |b| + |bias|‖ / ‖a b + bias‖``: 1 when nothing cancels in the pre-activation."""
+#: The largest slope of the tanh-form GELU (1.129, at x = 1.5): it multiplies an error in its
+#: input by at most this.
+GELU_SLOPE = 1.13
+#: The relative error of a fast float32 tanh (PTX's ``tanh.approx.f32`` promises 2**-11), which
+#: GELU, ``0.5 x (1 + tanh(...))``, carries times ``0.5 |x|``.
+FAST_TANH = 2.0 ** -11
+
+
+def _pre_bound(a, b, bias, dtype):
+    """The largest error of each element of a float16 / bfloat16 bias epilogue's
+    pre-activation ``a @ b + bias``, as cuBLASLt computes it.
+
+    It accumulates ``a @ b`` in float32 -- the products of half-precision inputs are exact
+    there (2 x 11 significand bits < 24), the sums err by at most ``γ_k (|a| @ |b|)`` -- then
+    rounds the product to the output type, adds the bias and rounds the sum (fusing the two
+    only saves a rounding).  Each rounding errs by the output's unit roundoff ``u`` times the
+    value rounded: the error is relative to ``|a @ b|`` and ``|a @ b + bias|`` element by
+    element.  Twice each term, for margin, plus the output's subnormal spacing.
+    """
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    terms = np.abs(a64) @ np.abs(b64) + np.abs(bias.astype(np.float64))
-    total = np.linalg.norm(a64 @ b64 + bias.astype(np.float64))
-    return float(np.linalg.norm(terms) / total) if total else float("inf")
+    prod = a64 @ b64
+    pre = prod + bias.astype(np.float64)
+    k = a.shape[-1]
+    u32 = T.unit_roundoff(np.float32)
+    sums = k * u32 / (1 - k * u32) * (np.abs(a64) @ np.abs(b64))
+    u = T.unit_roundoff(dtype)
+    tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
+    return 2 * sums + 2 * u * (np.abs(prod) + np.abs(pre)) + tiny
+
+
+def _half_bias_bound(a, b, bias, epilogue, dtype):
+    """The largest error of each element of a float16 / bfloat16 bias epilogue's output
+    (:func:`_pre_bound` carried through the activation: ReLU does not grow an error, GELU by
+    at most :data:`GELU_SLOPE`, plus its fast tanh and the rounding of its own output)."""
+    bound = _pre_bound(a, b, bias, dtype)
+    if epilogue and "gelu" in epilogue:
+        pre = T.ref.gemm(a, b) + bias.astype(np.float64)
+        # cuBLASLt's bfloat16 GELU approximates more coarsely than its float16 one: seen on an
+        # H100 (cuBLASLt 13.1) 2.6% of |pre| off the exact GELU, so it is allowed 2**-5 of it.
+        approx = 2.0 ** -5 if np.dtype(dtype).name == "bfloat16" else FAST_TANH * 0.5
+        bound = (GELU_SLOPE * bound + approx * np.abs(pre)
+                 + 2 * T.unit_roundoff(dtype) * np.abs(gelu(pre)))
+    return bound
 
 
 @pytest.mark.parametrize("epilogue", FORWARD, ids=str)
@@ -72,10 +106,14 @@ def test_matmul_epilogues(device, dtype, epilogue, data):
                         out=out)
     assert res is out
     expected, _ = _reference(a, b, bias, epilogue)
-    cancel = 1.0 if bias is None else _cancellation(a, b, bias)
-    T.assert_close(res, expected, **_tol(dtype, epilogue, cancellation=cancel),
-                   msg=f"{dtype} {epilogue} m={m} n={n} k={k} layouts={la},{lb} "
-                       f"cancellation={cancel:.3g}")
+    what = f"{dtype} {epilogue} m={m} n={n} k={k} layouts={la},{lb}"
+    # The error scales with the summands (|A||B| + |bias|), not with the result: a GELU that
+    # saturates near 0, a sum that cancels, or a half-precision product rounded before the
+    # bias is added leaves an error relative to those summands.
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    if bias is not None:
+        scale = scale + np.abs(bias.astype(np.float64))
+    T.assert_close(res, expected, **_tol(dtype, epilogue), scale=scale, msg=what)
 
 
 @GPU
@@ -142,14 +180,20 @@ def test_relu_aux_mask(device, rng):
     out, mask = cublas.matmul(cl.to_device(a), cl.to_device(b), bias=cl.to_device(bias),
                               epilogue="relu_aux_bias")
     expected, pre = _reference(a, b, bias, "relu")
-    T.assert_close(out, expected, np.float16)
+    T.assert_within(out, expected, _half_bias_bound(a, b, bias, "relu", np.float16))
     assert mask.dtype == np.uint8 and mask.shape == (m, 256 // 8)
     # One bit per element of cuBLASLt's column-major D: bit j of our row i, little-endian.
     bits = np.unpackbits(mask.get(), axis=1, bitorder="little")[:, :n].astype(bool)
-    positive = pre > 0
-    agree = (bits == positive).mean()
-    print(f"relu mask agreement: {agree:.4f}")
-    assert agree > 0.99
+    # The bit is the sign of cuBLASLt's rounded pre-activation: it must be that of the exact
+    # one wherever the two cannot differ in sign, i.e. outside the band |pre| <= its error
+    # bound.  Inside the band (ties), either; the band is a few elements in expectation (the
+    # bound is about 1e-3 |bias| there), so it may hold no more than 1 % of them.
+    tie = np.abs(pre) <= _pre_bound(a, b, bias, np.float16)
+    wrong = (bits != (pre > 0)) & ~tie
+    print(f"relu mask: {int(tie.sum())} ties of {tie.size}, {int(wrong.sum())} wrong bits")
+    assert tie.sum() <= 0.01 * tie.size, f"{int(tie.sum())} pre-activations within rounding of 0"
+    assert not wrong.any(), (f"{int(wrong.sum())} mask bits differ from the sign of the "
+                             f"pre-activation, first at (row, column) {np.argwhere(wrong)[0]}")
 
 
 def test_autotuned_plan_equals_heuristic(device, rng):
@@ -167,9 +211,10 @@ def test_autotuned_plan_equals_heuristic(device, rng):
         assert chosen["ms"] == min(c["ms"] for c in cands)
         tuned = plan.execute(da, db, bias=bias).get()
     expected, _ = _reference(a, b, bias.get(), "relu")
-    T.assert_close(first, expected, np.float16)
-    T.assert_close(tuned, expected, np.float16)
-    T.assert_close(tuned, first.astype(np.float64), np.float16)
+    bound = _half_bias_bound(a, b, bias.get(), "bias_relu", np.float16)
+    T.assert_within(first, expected, bound, msg="heuristic")
+    T.assert_within(tuned, expected, bound, msg="autotuned")
+    T.assert_within(tuned, first.astype(np.float64), 2 * bound, msg="autotuned vs heuristic")
 
 
 def test_every_candidate_is_correct(device, rng):
@@ -299,7 +344,8 @@ def test_lt_graph_capture(device, rng):
     exe = g.instantiate()
     exe.replay(s)
     expected, _ = _reference(a, b, bias, "gelu")
-    T.assert_close(out.get(stream=s), expected, "bfloat16")
+    T.assert_within(out.get(stream=s), expected,
+                    _half_bias_bound(a, b, bias, "bias_gelu", cl.dtypes.bfloat16))
     exe.close()
     g.close()
     plan.free()

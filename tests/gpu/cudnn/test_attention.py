@@ -1,6 +1,6 @@
 """Scaled dot-product attention on the GPU: forward and backward against the float64
-reference (and torch when it is importable), over shapes, grouped heads, layouts, dtypes and
-masks; dropout's forward/backward consistency; the plan captured in a CUDA graph; several
+reference (and torch, see tests/gpu/_oracles.py), over shapes, grouped heads, layouts, dtypes
+and masks; dropout's forward/backward consistency; the plan captured in a CUDA graph; several
 threads executing one plan; bad inputs.
 
 Error measure: ``max |actual - expected| / max |expected|`` over the rows that exist (query
@@ -21,6 +21,7 @@ from cudalibs.testing import poison_value
 from cudalibs.testing.ref import _attention as R
 
 from ._helpers import GPU
+from .._oracles import torch_oracle
 from .._threads import match_serial
 
 F16 = np.dtype(np.float16)
@@ -29,14 +30,6 @@ TOL = 1e-2
 # Every example plans (and runtime-compiles) its own engines: a few random examples, and a
 # failure is reported as found rather than shrunk through dozens more compilations.
 FEW = settings(GPU, max_examples=8, phases=(Phase.explicit, Phase.reuse, Phase.generate))
-
-try:
-    import torch
-    import torch.nn.functional as TF
-    HAVE_TORCH = torch.cuda.is_available()
-except Exception:  # noqa: BLE001 - torch is an optional second oracle
-    HAVE_TORCH = False
-
 
 def _err(actual, expected, rows=None):
     a = np.asarray(actual, np.float64)
@@ -80,7 +73,11 @@ def _poisoned_like(arr):
 
 
 def _torch_ref(q, k, v, *, causal, bias, scale, do=None):
-    """torch's attention (and its autograd gradients) on the same device data."""
+    """torch's attention (and its autograd gradients) on the same device data; None when
+    torch is absent (which :func:`torch_oracle` reports)."""
+    torch = torch_oracle(cuda=True)
+    if torch is None:
+        return None
     tq, tk, tv = (torch.from_dlpack(x).detach().clone().requires_grad_(do is not None)
                   for x in (q, k, v))
     mask = None
@@ -91,8 +88,9 @@ def _torch_ref(q, k, v, *, causal, bias, scale, do=None):
         tri = torch.ones(s_q, s_kv, dtype=torch.bool, device=tq.device).tril()
         mask = mask.masked_fill(~tri, float("-inf"))
         causal = False
-    o = TF.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, is_causal=causal,
-                                        scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    o = sdpa(tq, tk, tv, attn_mask=mask, is_causal=causal, scale=scale,
+             enable_gqa=q.shape[1] != k.shape[1])
     if do is None:
         return o.detach().float().cpu().numpy()
     o.backward(torch.from_dlpack(do))
@@ -141,10 +139,11 @@ def test_forward_against_reference(device, problem, seed):
     ro, rs = R.sdpa_forward(qh, kh, vh, **ref_kw)
     _close(o.get(), ro, rows, "o")
     _close(stats.get(), rs, rows, "stats")
-    if HAVE_TORCH and "seq_lens_q" not in kw:
+    if "seq_lens_q" not in kw:          # torch's attention takes no sequence lengths
         to = _torch_ref(q, k, v, causal=kw["causal"], bias=kw.get("bias"),
                         scale=1 / np.sqrt(q.shape[3]))
-        _close(o.get(), to, rows, "o vs torch")
+        if to is not None:
+            _close(o.get(), to, rows, "o vs torch")
 
 
 @FEW
@@ -162,12 +161,14 @@ def test_backward_against_reference(device, problem, seed):
     _close(dq.get(), rq, rows, "dq")
     _close(dk.get(), rk, None, "dk")
     _close(dv.get(), rv, None, "dv")
-    if HAVE_TORCH and "seq_lens_q" not in kw:
-        tq, tk, tv = _torch_ref(q, k, v, causal=kw["causal"], bias=kw.get("bias"),
-                                scale=1 / np.sqrt(q.shape[3]), do=do)
-        _close(dq.get(), tq, rows, "dq vs torch")
-        _close(dk.get(), tk, None, "dk vs torch")
-        _close(dv.get(), tv, None, "dv vs torch")
+    if "seq_lens_q" not in kw:          # torch's attention takes no sequence lengths
+        grads = _torch_ref(q, k, v, causal=kw["causal"], bias=kw.get("bias"),
+                           scale=1 / np.sqrt(q.shape[3]), do=do)
+        if grads is not None:
+            tq, tk, tv = grads
+            _close(dq.get(), tq, rows, "dq vs torch")
+            _close(dk.get(), tk, None, "dk vs torch")
+            _close(dv.get(), tv, None, "dv vs torch")
 
 
 def test_forward_head_dim_256(device, rng):

@@ -18,6 +18,7 @@ from cudalibs.errors import ClosedError
 from cudalibs.testing import ref
 
 from ._helpers import FLOATS, GPU, poisoned, rand
+from .._oracles import torch_oracle
 
 
 @pytest.fixture()
@@ -182,10 +183,10 @@ def _bn_params(rng, pshape, pdtype):
 
 def _torch_batch_norm(xh, dyh, gh, bh, rmh, rvh, momentum, eps):
     """torch's float64 batch-norm on the host (training, spatial): y, running statistics and
-    the gradients, as a second oracle; None without torch."""
-    try:
-        import torch
-    except ImportError:
+    the gradients, as a second oracle; None when torch is absent (which :func:`torch_oracle`
+    reports)."""
+    torch = torch_oracle(cuda=False)
+    if torch is None:
         return None
     F = torch.nn.functional
     tx = torch.from_numpy(xh.astype(np.float64)).requires_grad_(True)

@@ -404,19 +404,125 @@ def test_inference_only_plans_offer_inference_algorithms(device, rng):
     rnn.close()
 
 
+#: Dropout between the layers of :func:`_see_through`: each unit of layer 0's output is
+#: zeroed with this probability and the others are scaled by ``1 / (1 - p)``.
+DROPOUT = 0.25
+#: Sequence, batch, input and hidden sizes of :func:`_see_through`: T * B * H = 8,192 units
+#: go through the dropout in each training call.
+DROP_T, DROP_B, DROP_F, DROP_H = 8, 16, 8, 64
+#: Layer 1's input bias in :func:`_see_through`: its ReLU never sees 0, so its gradient has no
+#: kink to disagree on.
+DROP_BIAS = 0.25
+
+
+def _see_through(seed):
+    """A two-layer ReLU RNN whose dropout mask shows in its output, with its parameters.
+
+    Layer 0 has positive weights and biases, and takes positive inputs: all its outputs
+    ``h0`` are positive.  Layer 1 is the identity plus :data:`DROP_BIAS` (input weights I,
+    recurrent weights 0, ``bias_ih`` the constant): ``y = dropout(h0) + DROP_BIAS``, so a
+    unit is dropped exactly where ``y == DROP_BIAS`` and kept (scaled by ``1 / (1 - p)``)
+    where ``y > DROP_BIAS``.  Every plan gets the same parameters; ``seed`` is the dropout's.
+    """
+    f, h = DROP_F, DROP_H
+    rnn = RNN("rnn_relu", f, h, num_layers=2, dropout=DROPOUT, seed=seed)
+    rng = np.random.default_rng(1234)
+    params = {"weight_ih_l0": T.random_array((h, f), np.float32, rng=rng, low=0.1 / f,
+                                             high=1 / f),
+              "weight_hh_l0": T.random_array((h, h), np.float32, rng=rng, low=0.05 / h,
+                                             high=0.5 / h),
+              "bias_ih_l0": T.random_array(h, np.float32, rng=rng, low=0.01, high=0.1),
+              "bias_hh_l0": T.random_array(h, np.float32, rng=rng, low=0.01, high=0.1),
+              "weight_ih_l1": np.eye(h, dtype=np.float32),
+              "weight_hh_l1": np.zeros((h, h), np.float32),
+              "bias_ih_l1": np.full(h, DROP_BIAS, np.float32),
+              "bias_hh_l1": np.zeros(h, np.float32)}
+    rnn.load_torch_state(params)
+    return rnn, params
+
+
+def _dropout_reference(xh, params, kept, dyh=None):
+    """The float64 results of :func:`_see_through`'s network for the dropout mask ``kept``
+    (True where a unit of layer 0's output is kept): ``(y, hy)``, and with ``dyh`` also
+    ``(dx, dhx, dparams)`` of the backward pass for ``dy = dyh``."""
+    layer0 = {k: v for k, v in params.items() if k.endswith("_l0")}
+    h0, hy0, _, cache = ref.rnn_forward("rnn_relu", xh, layer0, return_cache=True)
+    dropped = np.where(kept, h0 / (1 - DROPOUT), 0.0)         # layer 1's input
+    y = dropped + DROP_BIAS                                     # its ReLU is on throughout
+    hy = np.stack([hy0[0], y[-1]])
+    if dyh is None:
+        return y, hy
+    dy = np.asarray(dyh, np.float64)
+    # Layer 1 passes dy to its input unchanged (ReLU on, identity weights, no recurrence),
+    # and the dropout passes it on where kept, scaled: that is layer 0's output gradient.
+    dx, dhx0, _, grads = ref.rnn_backward(cache, np.where(kept, dy / (1 - DROPOUT), 0.0))
+    prev = np.concatenate([np.zeros_like(y[:1]), y[:-1]])       # layer 1's state before each step
+    grads["weight_ih_l1"] = np.einsum("tbi,tbj->ij", dy, dropped)
+    grads["weight_hh_l1"] = np.einsum("tbi,tbj->ij", dy, prev)
+    grads["bias_ih_l1"] = grads["bias_hh_l1"] = dy.sum(axis=(0, 1))
+    return y, hy, dx, np.stack([dhx0[0], np.zeros_like(dhx0[0])]), grads
+
+
+def _binomial_ok(count, n, p):
+    """Whether ``count`` successes of ``n`` independent trials of probability ``p`` are within
+    6 standard deviations of ``n p``: a correct draw fails 1 time in 500 million."""
+    return abs(count - n * p) <= 6 * np.sqrt(n * p * (1 - p))
+
+
 def test_dropout_applies_in_training_only(device, rng):
-    rnn = RNN("lstm", 8, 16, num_layers=3, dropout=0.5, seed=3)
-    params = _weights(rnn, rng)
-    xh = T.random_array((5, 4, 8), np.float32, rng=rng)
-    y, hy, cy = rnn.forward(_dev(xh))
-    ry, rhy, rcy = ref.rnn_forward("lstm", xh, params)
+    rnn, params = _see_through(seed=3)
+    xh = T.random_array((DROP_T, DROP_B, DROP_F), np.float32, rng=rng, low=0.1, high=1.0)
+    ry, rhy, _ = ref.rnn_forward("rnn_relu", xh, params)
+    assert (ry - DROP_BIAS).min() > 0.01       # every unit of layer 0 is on: masks show
+    y, hy, _ = rnn.forward(_dev(xh))
     T.assert_close(y, ry, np.float32, msg="inference ignores dropout")
-    yt, _, _, state = rnn.forward(_dev(xh), training=True)
-    yt = yt.get()
-    assert np.isfinite(yt).all() and not np.allclose(yt, ry, rtol=1e-3, atol=1e-4)
-    dx, _, _ = rnn.backward_data(state, _dev(T.random_array(yt.shape, np.float32, rng=rng)))
-    assert np.isfinite(dx.get()).all()
+    T.assert_close(hy, rhy, np.float32, msg="inference hy")
+    yt, hyt, _, _ = rnn.forward(_dev(xh), training=True)
+    yt = yt.get().astype(np.float64)
+    kept = yt > DROP_BIAS
+    assert (yt[~kept] == DROP_BIAS).all(), "a unit neither kept nor dropped"
+    # Each unit dropped independently with probability p; the others scaled by 1 / (1 - p)
+    # (and not, say, by 1 / p, or left as they are).
+    assert _binomial_ok(int((~kept).sum()), kept.size, DROPOUT), \
+        f"{int((~kept).sum())} of {kept.size} units dropped, for p = {DROPOUT}"
+    want_y, want_hy = _dropout_reference(xh, params, kept)
+    T.assert_close(yt, want_y, np.float32, msg="training y: kept units scaled by 1 / (1 - p)")
+    # hy: layer 0's last state is not dropped out; layer 1's is its last output
+    T.assert_close(hyt, want_hy, np.float32, msg="training hy")
     rnn.close()
+
+
+def test_dropout_masks_follow_the_seed_and_train_the_backward(device, rng):
+    xh = T.random_array((DROP_T, DROP_B, DROP_F), np.float32, rng=rng, low=0.1, high=1.0)
+    rnn, params = _see_through(seed=3)
+    twin, _ = _see_through(seed=3)
+    other, _ = _see_through(seed=4)
+    y, _, _, state = rnn.forward(_dev(xh), training=True)
+    y = y.get()
+    kept = y > DROP_BIAS
+    # The same seed draws the same first mask: the same result, bit for bit.
+    y_twin = twin.forward(_dev(xh), training=True)[0].get()
+    np.testing.assert_array_equal(y_twin, y, err_msg="same seed, same input")
+    # The backward passes go through the forward's mask: the reference built from it.
+    dyh = T.random_array(y.shape, np.float32, rng=rng)
+    _, _, rdx, rdhx, rdp = _dropout_reference(xh, params, kept, dyh)
+    dx, dhx, _ = rnn.backward_data(state, _dev(dyh))
+    T.assert_close(dx, rdx, np.float32, msg="dx through the dropout mask")
+    T.assert_close(dhx, rdhx, np.float32, msg="dhx through the dropout mask")
+    dw = rnn.backward_weights(state)
+    assert sorted(dw) == sorted(rdp)
+    for name, g in dw.items():
+        T.assert_close(g, rdp[name], np.float32, msg=f"d{name} through the dropout mask")
+    # Another seed, and the next training call of the same plan (the states advance), draw
+    # new masks: two independent masks differ on each unit with probability 2 p (1 - p).
+    n = kept.size
+    for what, plan in (("another seed", other), ("the next call", rnn)):
+        again = plan.forward(_dev(xh), training=True)[0].get() > DROP_BIAS
+        differ = int((again != kept).sum())
+        assert _binomial_ok(differ, n, 2 * DROPOUT * (1 - DROPOUT)), \
+            f"{what}: the mask differs from the first on {differ} of {n} units"
+    for plan in (rnn, twin, other):
+        plan.close()
 
 
 # -- capture, threads ---------------------------------------------------------------------------------------

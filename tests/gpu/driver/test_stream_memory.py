@@ -1,4 +1,5 @@
-"""Streams, events, buffers and pools; cuda-bindings as an independent oracle."""
+"""Streams, events, buffers and pools; cuda-bindings as an independent oracle (only the
+tests that ask for the ``cuda_bindings`` fixture need it installed)."""
 
 import gc
 import pickle
@@ -10,7 +11,12 @@ import cudalibs as cl
 from cudalibs import testing as T
 from cudalibs.driver.memory import CACHE_BLOCK_BYTES
 
-cuda_bindings = pytest.importorskip("cuda.bindings.driver")
+
+@pytest.fixture(scope="module")
+def cuda_bindings():
+    """cuda-bindings' driver module: a skip of its own for each test that uses it, not of the
+    whole module (most tests here do not)."""
+    return pytest.importorskip("cuda.bindings.driver")
 
 
 def _oracle(result):
@@ -20,7 +26,7 @@ def _oracle(result):
 
 
 # -- device -------------------------------------------------------------------------------------
-def test_device_against_cuda_bindings(device):
+def test_device_against_cuda_bindings(device, cuda_bindings):
     oracle_dev = _oracle(cuda_bindings.cuDeviceGet(0))
     A = cuda_bindings.CUdevice_attribute
     for name in ("MULTIPROCESSOR_COUNT", "COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR",
@@ -55,7 +61,7 @@ def test_device_identity_and_context(device):
         cl.Device("0")
 
 
-def test_primary_context_is_the_runtimes(device):
+def test_primary_context_is_the_runtimes(device, cuda_bindings):
     torch = pytest.importorskip("torch")
     torch.cuda.init()
     torch.zeros(1, device="cuda:0")
@@ -163,7 +169,7 @@ def test_array_and_stream_on_different_devices(two_devices):
 
 
 # -- buffers and pools --------------------------------------------------------------------------
-def test_pointer_attributes_against_cuda_bindings(device):
+def test_pointer_attributes_against_cuda_bindings(device, cuda_bindings):
     buf = cl.alloc(1 << 20)
     P = cuda_bindings.CUpointer_attribute
     ordinal = _oracle(cuda_bindings.cuPointerGetAttribute(

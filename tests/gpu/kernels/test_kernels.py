@@ -2,7 +2,10 @@
 
 Sizes favour tile and block edges (1, primes, powers of two +- 1, sizes above one block) and
 include empty arrays; inputs never hold zeros; outputs are poisoned (NaN) before the kernel
-writes them, so an element it skips fails the comparison.
+writes them, so an element it skips fails the comparison (outputs the library allocates are
+checked where allocation is what a test is about).  ``assert_close`` bounds every element as
+well as the norm, so one wrong element among many fails; the grid-remainder loops, which write
+a handful of elements, are checked bit for bit on integer inputs.
 """
 
 import numpy as np
@@ -31,9 +34,29 @@ counts = st.one_of(st.sampled_from([0, 1, 31, 255, 256, 257, 4099, 65537]),
                    st.integers(0, 3000))
 
 
-def poisoned(shape, dtype, stream=None):
+def poisoned(shape, dtype, stream=None, device=None):
     """A device array filled with NaN, to be overwritten by the kernel under test."""
-    return cl.to_device(np.full(shape, T.poison_value(dtype), dtype=dtype), stream=stream)
+    return cl.to_device(np.full(shape, T.poison_value(dtype), dtype=dtype), device=device,
+                        stream=stream)
+
+
+def odd_integers(shape, dtype, rng):
+    """Odd integers in ``±[1, 7]``.  Products of three of them, and sums of those, are
+    integers below 2**11 in magnitude: exact in float16 and float32 whatever the order of the
+    additions, so a product of such matrices with an inner dimension of 3 has one right
+    answer, bit for bit; and three odd products add up to an odd number, never 0, so an
+    element left zero (or unwritten) cannot match."""
+    return rng.choice(np.array([-7, -5, -3, -1, 1, 3, 5, 7]), size=shape).astype(dtype)
+
+
+def assert_exact(got, expected, rows=None, what=""):
+    """``got`` equals ``expected`` bit for bit (as float64); with ``rows`` (a slice of the
+    first axis) those rows are compared first, so that a failure there says so."""
+    got = np.asarray(got.get() if hasattr(got, "get") else got).astype(np.float64)
+    if rows is not None:
+        np.testing.assert_array_equal(got[rows], expected[rows],
+                                      err_msg=f"{what}: the rows of the grid remainder loop")
+    np.testing.assert_array_equal(got, expected, err_msg=what)
 
 
 def rand(shape, dtype, rng, **kw):
@@ -275,30 +298,48 @@ def test_wmma_gemm_multiple_of_tile_sizes(device):
     rng = np.random.default_rng(7)
     for m, n, k in [(64, 64, 32), (128, 192, 256), (512, 512, 512)]:
         a, b = rand((m, k), F16, rng), rand((k, n), F16, rng)
-        out = K.wmma_gemm(cl.to_device(a), cl.to_device(b))
-        assert out.dtype == F32
+        out = poisoned((m, n), F32)
+        assert K.wmma_gemm(cl.to_device(a), cl.to_device(b), out=out) is out
         T.assert_close(out, ref.gemm(a, b), F16, msg=f"wmma {m}x{n}x{k}")
+        assert K.wmma_gemm(cl.to_device(a), cl.to_device(b)).dtype == F32
 
 
 def test_grids_beyond_the_y_and_z_limits(device):
-    """Sizes whose tiles exceed 65535 in grid y or z exercise the kernels' remainder loops."""
+    """Sizes whose tiles exceed 65535 in grid y or z exercise the kernels' remainder loops:
+    the tiles past the first 65535 are the few rows (or batch elements) at the end, a handful
+    of the millions of elements, which a norm-wise comparison would not notice missing.  The
+    inputs are odd integers (:func:`odd_integers`), so every product has one exact answer:
+    each output, poisoned first, is compared bit for bit, the remainder rows first."""
     rng = np.random.default_rng(3)
     for fn, tile in ((K.matmul_naive, 16), (K.matmul_tiled, 32)):
         m = 65535 * tile + 3
-        a, b = rand((m, 2), F32, rng), rand((2, 3), F32, rng)
-        T.assert_close(fn(cl.to_device(a), cl.to_device(b)), ref.gemm(a, b), F32,
-                       msg=fn.__name__)
+        a, b = odd_integers((m, 3), F32, rng), odd_integers((3, 3), F32, rng)
+        out = poisoned((m, 3), F32)
+        fn(cl.to_device(a), cl.to_device(b), out=out)
+        assert_exact(out, ref.gemm(a, b), slice(65535 * tile, None), fn.__name__)
     m = 65535 * 64 + 5
-    a, b = rand((m, 3), F16, rng), rand((3, 2), F16, rng)
-    T.assert_close(K.wmma_gemm(cl.to_device(a), cl.to_device(b)), ref.gemm(a, b), F16,
-                   msg="wmma_gemm")
+    a, b = odd_integers((m, 3), F16, rng), odd_integers((3, 2), F16, rng)
+    for out_dtype in (F32, F16):
+        out = poisoned((m, 2), out_dtype)
+        K.wmma_gemm(cl.to_device(a), cl.to_device(b), out=out, out_dtype=out_dtype)
+        assert_exact(out, ref.gemm(a, b), slice(65535 * 64, None), f"wmma_gemm to {out_dtype}")
     batch = 65535 + 4
-    a, b = rand((batch, 2, 3), F32, rng), rand((batch, 3, 2), F32, rng)
-    T.assert_close(K.bmm(cl.to_device(a), cl.to_device(b)), ref.gemm(a, b), F32, msg="bmm")
+    a, b = odd_integers((batch, 2, 3), F32, rng), odd_integers((batch, 3, 2), F32, rng)
+    out = poisoned((batch, 2, 2), F32)
+    K.bmm(cl.to_device(a), cl.to_device(b), out=out)
+    assert_exact(out, ref.gemm(a, b), slice(65535, None), "bmm")
     x = rand((65535 * 32 + 7, 3), F16, rng)
-    np.testing.assert_array_equal(K.transpose(cl.to_device(x)).get(), x.T)
+    out = poisoned((3, 65535 * 32 + 7), F16)
+    K.transpose(cl.to_device(x), out=out)
+    np.testing.assert_array_equal(bits(out.get()[:, 65535 * 32:]), bits(x.T[:, 65535 * 32:]),
+                                  err_msg="transpose: the columns of the grid remainder loop")
+    np.testing.assert_array_equal(bits(out.get()), bits(x.T))
     x = rand((65535 + 2, 3, 2, 2), F32, rng)
-    np.testing.assert_array_equal(K.nchw_to_nhwc(cl.to_device(x)).get(), ref.nchw_to_nhwc(x))
+    out = poisoned((65535 + 2, 2, 2, 3), F32)
+    K.nchw_to_nhwc(cl.to_device(x), out=out)
+    np.testing.assert_array_equal(bits(out.get()[65535:]), bits(ref.nchw_to_nhwc(x)[65535:]),
+                                  err_msg="nchw_to_nhwc: the batch of the grid remainder loop")
+    np.testing.assert_array_equal(bits(out.get()), bits(ref.nchw_to_nhwc(x)))
 
 
 # -- layout ------------------------------------------------------------------------------------
@@ -339,11 +380,11 @@ def test_work_runs_on_the_given_stream(device):
     s = cl.Stream(device)
     d = cl.to_device(x, stream=s)
     y = K.softmax(d, stream=s)  # allocated on s
-    z = K.scale(y, 2.0, stream=s)
+    z = K.scale(y, 2.0, stream=s, out=poisoned(x.shape, F32, stream=s))
     s.sync()
     T.assert_close(z.get(stream=s), 2 * ref.softmax(x), F32)
     with s:  # the current stream
-        w = K.transpose(d)
+        w = K.transpose(d, out=poisoned(x.T.shape, F32, stream=s))
     s.sync()
     np.testing.assert_array_equal(w.get(stream=s), x.T)
     s.close()
@@ -365,12 +406,12 @@ def test_foreign_arrays(device):
         pytest.skip("torch sees no GPU")
     a = torch.randn(37, 19, device="cuda")
     b = torch.randn(19, 23, device="cuda")
-    out = K.matmul_tiled(a, b)
+    out = K.matmul_tiled(a, b, out=poisoned((37, 23), F32))
     torch.cuda.synchronize()
     expected = (a.double() @ b.double()).cpu().numpy()
     T.assert_close(out, expected, F32)
     h = torch.randn(8, 100, device="cuda", dtype=torch.float16)
-    got = K.softmax(h)
+    got = K.softmax(h, out=poisoned((8, 100), F16))
     ref_ = torch.softmax(h.double(), dim=-1).cpu().numpy()
     T.assert_close(got, ref_, F16)
 
@@ -388,7 +429,7 @@ def test_threads_do_not_share_launchers(device):
     def work(i):
         try:
             for _ in range(50):
-                out = K.scale(ds[i], float(i + 2))
+                out = K.scale(ds[i], float(i + 2), out=poisoned(n, F32))
                 got = out.get()
                 np.testing.assert_array_equal(got, (xs[i] * np.float32(i + 2)))
         except Exception as exc:  # reported below, with the thread's index
@@ -422,7 +463,8 @@ def test_bad_input_raises_before_launch(device):
     with pytest.raises(cl.ClosedError):
         K.add(a, a, stream=closed_stream)
     # The process is fine and the library still works.
-    np.testing.assert_array_equal(K.add(a, a).get(), np.full((4, 4), 2, np.float32))
+    np.testing.assert_array_equal(K.add(a, a, out=poisoned((4, 4), F32)).get(),
+                                  np.full((4, 4), 2, np.float32))
 
 
 def test_other_device_is_refused(two_devices):
@@ -432,7 +474,8 @@ def test_other_device_is_refused(two_devices):
     with pytest.raises(ValueError, match="device"):
         K.add(a, b)
     # Each device loads its own module.
-    np.testing.assert_array_equal(K.add(b, b).get(), np.full(8, 2, np.float32))
+    np.testing.assert_array_equal(K.add(b, b, out=poisoned(8, F32, device=d1)).get(),
+                                  np.full(8, 2, np.float32))
 
 
 # -- plain launch, prepared launcher and graph replay agree ------------------------------------

@@ -1,6 +1,6 @@
 """One rank of the two-process NCCL tests (run in a process of the multiprocessing "spawn"
-context): bootstrap through a torch.distributed TCPStore, run every collective against numpy
-and report the failures through a queue."""
+context): bootstrap through a client of the parent's torch.distributed TCPStore, run every
+collective against numpy and report the failures through a queue."""
 
 import os
 import traceback
@@ -79,15 +79,20 @@ def run_cases(comm, seed, quick=False):
     return failures
 
 
+def _client(port, world):
+    """A client of the parent's TCPStore server (each rank is one; none hosts it)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", port, world, False, timedelta(seconds=60))
+
+
 def run_rank(rank, world, port, seed, queue):
     try:
-        from datetime import timedelta
-
-        import torch.distributed as dist
-
         from cudalibs import nccl
 
-        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timedelta(seconds=60))
+        store = _client(port, world)
         comm = nccl.Communicator.from_store(store, rank, world, device=rank)
         assert (comm.rank, comm.size, comm.cu_device) == (rank, world, rank)
         failures = run_cases(comm, seed)
@@ -108,14 +113,11 @@ def run_dead_peer(rank, world, port, q):
     in an error (a timeout, or NCCL noticing the lost peer) instead of hanging."""
     try:
         import time
-        from datetime import timedelta
-
-        import torch.distributed as dist
 
         import cudalibs as cl
         from cudalibs import nccl
 
-        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timedelta(seconds=60))
+        store = _client(port, world)
         comm = nccl.Communicator.from_store(store, rank, world, device=rank, blocking=False,
                                             timeout=60)
         comm.barrier()

@@ -1,13 +1,17 @@
 """Two spawned processes, one GPU each, bootstrapped through a torch.distributed TCPStore
 (``Communicator.from_store``): every collective and reduction for several dtypes against
 numpy, in blocking and non-blocking mode.  A hard timeout keeps a hang from stalling the
-suite."""
+suite.
+
+The store's server runs in this process, on a port the system picks as it binds (port 0),
+and the ranks connect to the port it reports.  Probing for a free port and binding it later
+would leave a gap in which another process (a parallel test run) can take it.
+"""
 
 import multiprocessing as mp
 import queue as queue_mod
-import random
-import socket
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -18,10 +22,14 @@ from . import _nccl_worker
 HARD_TIMEOUT = 300
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _store_server():
+    """A TCPStore server on a port of the system's choosing; the ranks connect to
+    ``server.port`` as clients.  It counts no workers (world size None) and so waits for
+    none: the ranks are started after it."""
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=60),
+                         wait_for_workers=False)
 
 
 def _spawn(target, args_for_rank, hard_timeout=HARD_TIMEOUT):
@@ -63,10 +71,11 @@ def _needs_two_gpus_and_torch():
     pytest.importorskip("torch.distributed", reason="the store comes from torch.distributed")
 
 
-def test_two_processes_through_a_store():
+def test_two_processes_through_a_store(rng):
     _needs_two_gpus_and_torch()
-    port, seed = _free_port(), random.randrange(2**31)
-    results, procs = _spawn(_nccl_worker.run_rank, lambda r: (r, 2, port, seed))
+    server, seed = _store_server(), int(rng.integers(2**31))
+    assert server.port > 0
+    results, procs = _spawn(_nccl_worker.run_rank, lambda r: (r, 2, server.port, seed))
     errors = [f"rank {r}:\n{e}" for r, (_, e) in sorted(results.items()) if e]
     assert not errors, "\n".join(errors)
     failures = [f for _, (fs, _) in sorted(results.items()) for f in fs]
@@ -79,8 +88,9 @@ def test_peer_that_dies_ends_in_an_error():
     timeout (a timeout error, or NCCL's own report of the lost peer), never hang, and leave
     the process usable."""
     _needs_two_gpus_and_torch()
-    port = _free_port()
-    results, _ = _spawn(_nccl_worker.run_dead_peer, lambda r: (r, 2, port), hard_timeout=180)
+    server = _store_server()
+    results, _ = _spawn(_nccl_worker.run_dead_peer, lambda r: (r, 2, server.port),
+                        hard_timeout=180)
     outcome, error = results[0]
     assert error is None, error
     assert outcome["error"] is not None, f"the collective succeeded without its peer: {outcome}"
