@@ -26,13 +26,16 @@ import argparse
 import dataclasses
 import statistics
 import sys
+import timeit
 from typing import Any, Callable
+
+import numpy as np
 
 import cudalibs as cl
 
 __all__ = ["Peer", "Clock", "arg_parser", "exit_if_no_gpu", "load_torch", "load_cupy",
            "cudalibs_clock", "torch_clock", "cupy_clock", "time_calls", "median_spread", "gbps",
-           "fmt_rate", "fmt_ratio", "markdown_table"]
+           "fmt_rate", "fmt_ratio", "markdown_table", "Lanes", "lanes", "host_us", "rel_diff"]
 
 NA = "n/a"
 
@@ -238,6 +241,76 @@ def time_interleaved(cases, *, iters: int, repeats: int, warmup: int) -> list[li
             clock.record(end)
             times[i].append(clock.elapsed_ms(start, end) / iters)
     return times
+
+
+@dataclasses.dataclass
+class Lanes:
+    """Where each library's timed work runs: a stream of its own and a :class:`Clock` on it,
+    per library, on one device (a peer's fields are None when the peer is missing).
+
+    Attributes
+    ----------
+    device : cudalibs.Device
+    stream : cudalibs.Stream
+    clock : Clock
+    torch, cupy : module or None
+        The peers' modules.
+    torch_stream, torch_clock, cupy_stream, cupy_clock
+        Their streams and clocks.
+    """
+
+    device: Any
+    stream: Any
+    clock: Clock
+    torch: Any = None
+    torch_stream: Any = None
+    torch_clock: Clock | None = None
+    cupy: Any = None
+    cupy_stream: Any = None
+    cupy_clock: Clock | None = None
+
+
+def lanes(torch_peer: Peer, cupy_peer: Peer, device: int = 0) -> Lanes:
+    """A :class:`Lanes` on ``device``: a cudalibs stream, a torch side stream and a
+    non-blocking CuPy stream, each with its clock."""
+    dev = cl.Device(device)
+    s = cl.Stream(dev)
+    out = Lanes(dev, s, cudalibs_clock(s))
+    if torch_peer.ok:
+        torch = out.torch = torch_peer.module
+        out.torch_stream = torch.cuda.Stream()
+        out.torch_clock = torch_clock(torch, out.torch_stream)
+    if cupy_peer.ok:
+        cupy = out.cupy = cupy_peer.module
+        out.cupy_stream = cupy.cuda.Stream(non_blocking=True)
+        out.cupy_clock = cupy_clock(cupy, out.cupy_stream)
+    return out
+
+
+def host_us(fn: Callable[[], Any], sync: Callable[[], None], *, calls: int = 2000,
+            rounds: int = 5, warmup: int = 50) -> float:
+    """Microseconds of host time per call of ``fn``: the best of ``rounds`` loops of ``calls``
+    calls, each loop ended by ``sync()`` (so queued work counts once it backs up), after
+    ``warmup`` untimed calls.  For tiny problems, whose GPU time is about a launch, it is what
+    a call costs its caller."""
+    for _ in range(warmup):
+        fn()
+    sync()
+
+    def loop():
+        for _ in range(calls):
+            fn()
+        sync()
+
+    return min(timeit.repeat(loop, number=1, repeat=rounds)) / calls * 1e6
+
+
+def rel_diff(a, b) -> float:
+    """``‖a − b‖ / ‖b‖`` in float64 (complex128 for complex inputs): how far two libraries'
+    results are apart."""
+    kind = np.complex128 if np.iscomplexobj(a) or np.iscomplexobj(b) else np.float64
+    a, b = np.asarray(a).astype(kind), np.asarray(b).astype(kind)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def median_spread(times: list[float]) -> tuple[float, float]:

@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     s = cl.Stream(dev)
     ts = torch.cuda.Stream() if torch is not None else None
     print("## Scaled dot-product attention (bfloat16)\n")
-    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version_tuple()))}"
+    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
           f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version}")
     print(f"- TFLOP/s, median of {REPEATS} loops of {ITERS} calls; ratios: ours over torch's "
           "fastest backend\n")

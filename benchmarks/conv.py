@@ -271,7 +271,7 @@ def main(argv=None) -> int:
         ts = torch.cuda.Stream()
     cudnn.set_workspace_limit(1 << 30)
     print("## cuDNN convolution and batch-norm\n")
-    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version_tuple()))}"
+    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
           f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version}")
     print(f"- batch {BATCH}; median of {REPEATS} loops of {ITERS} calls, CUDA events per library;"
           " ratios > 1 mean cudalibs is faster\n")

@@ -245,7 +245,7 @@ def wmma_table(r: Runner, rng) -> str:
 
 
 def _header(dev: cl.Device, peers) -> str:
-    major, minor = cl.driver_version()
+    major, minor, _ = cl.driver_version()
     lines = [
         "## Kernel library: matrix products",
         "",

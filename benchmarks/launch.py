@@ -214,7 +214,7 @@ def main(argv=None) -> None:
     torch, cupy = common.load_torch(), common.load_cupy()
     print(f"# Kernel launch overhead on {dev!r}")
     print(f"python {platform.python_version()}, cudalibs {cl.__version__}, driver CUDA "
-          f"{'.'.join(map(str, cl.driver_version()))}, torch {torch.version}, cupy "
+          f"{'.'.join(map(str, cl.driver_version()[:2]))}, torch {torch.version}, cupy "
           f"{cupy.version}")
     cases: dict = {}
     keep = []

@@ -209,7 +209,7 @@ def run_cupy(cupy, size: Size, pageable: np.ndarray) -> dict[str, tuple[float, f
 
 # -- report ----------------------------------------------------------------------------------
 def _header(dev: cl.Device, peers: dict[str, common.Peer]) -> str:
-    major, minor = cl.driver_version()
+    major, minor, _ = cl.driver_version()
     lines = [
         "## Memory copy bandwidth",
         "",

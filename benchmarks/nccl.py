@@ -197,7 +197,7 @@ def _header(torch_peer) -> str:
         "",
         "GPUs: " + "; ".join(f"{d.ordinal}: {d.name}" for d in devs)
         + f" (peer access: {'yes' if p2p else 'no'})",
-        f"cudalibs {cl.__version__}, NCCL {'.'.join(map(str, nccl.version_tuple()))}; "
+        f"cudalibs {cl.__version__}, NCCL {'.'.join(map(str, nccl.version()))}; "
         f"torch {torch_peer.version}",
         "NCCL_NVLS_ENABLE=" + os.environ.get("NCCL_NVLS_ENABLE", ""),
     ]

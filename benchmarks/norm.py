@@ -79,7 +79,7 @@ def main(argv=None) -> None:
     dev = cl.Device(0)
     dev.set_current()
     print(f"# Layer norm / RMS norm, bfloat16 {ROWS} x {FEATS}, {dev.name}; "
-          f"cuDNN {cl.cudnn.version()}; torch {peer.version}\n")
+          f"cuDNN {'.'.join(map(str, cl.cudnn.version()))}; torch {peer.version}\n")
     s = cl.Stream(dev)
     ts = torch.cuda.Stream() if torch is not None else None
     rng = np.random.default_rng(0)

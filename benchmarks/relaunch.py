@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     clock = common.cudalibs_clock(s)
     print("## Recorded relaunches of cuDNN calls vs relaunch off\n")
     print(f"- device: {dev.name} ({dev.arch}); cuDNN "
-          f"{'.'.join(map(str, cudnn.version_tuple()))} via cudalibs {cl.__version__}")
+          f"{'.'.join(map(str, cudnn.version()))} via cudalibs {cl.__version__}")
     print(f"- host: median of {ROUNDS} rounds of {CALLS} calls; stream: median of {REPEATS} "
           f"loops of {ITERS} calls between CUDA events; off/on > 1: the relaunch is faster\n")
     t0 = time.perf_counter()

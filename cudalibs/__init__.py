@@ -1,12 +1,13 @@
 """cudalibs: ctypes bindings to the CUDA libraries deep-learning frameworks stand on.
 
-The CUDA driver (devices, memory, streams, kernels), cuBLAS/cuBLASLt, cuDNN and NCCL, wrapped
-in thin RAII objects that share one device-memory abstraction, :class:`DeviceArray`.
+The CUDA driver (devices, memory, streams, kernels), cuBLAS/cuBLASLt, cuDNN, NCCL, cuFFT and
+cuSPARSE, wrapped in thin RAII objects that share one device-memory abstraction, :class:`DeviceArray`.
 Importing cudalibs loads no library; each is found and loaded on first use (see
 :mod:`cudalibs._loader`), so the package imports on machines without a GPU.  The library
 bindings -- :mod:`cudalibs.cublas`, :mod:`cudalibs.cudnn`, :mod:`cudalibs.nccl`,
-:mod:`cudalibs.kernels` -- and :mod:`cudalibs.testing` are attributes too, imported on first
-touch (``cl.cublas.gemm``), and :mod:`cudalibs.graph` is :mod:`cudalibs.driver.graph`.
+:mod:`cudalibs.cufft`, :mod:`cudalibs.cusparse`, :mod:`cudalibs.kernels` -- and :mod:`cudalibs.testing` are attributes
+too, imported on first touch (``cl.cublas.gemm``), and :mod:`cudalibs.graph` is
+:mod:`cudalibs.driver.graph`.
 
 >>> import numpy as np, cudalibs as cl
 >>> a = cl.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))   # doctest: +SKIP
@@ -21,7 +22,7 @@ from .driver import (Device, DeviceArray, DeviceBuffer, DeviceProperties, Event,
                      Kernel, Launcher, MemoryPool, Module, Stream, alloc, alloc_async,
                      as_device, as_stream, asarray, compile, graph,
                      current_device, current_stream, default_stream, device_count,
-                     driver_version, empty, empty_like, from_dlpack, full, full_like,
+                     driver_version, driver_version_int, empty, empty_like, from_dlpack, full, full_like,
                      is_available, pinned_empty, to_device, unavailable_reason, zeros,
                      zeros_like)
 from .runtime import (Options, Plan, PlanCache, StepGraph, capture_step, operand, operands,
@@ -40,7 +41,7 @@ _sys.modules[__name__ + ".graph"] = graph
 
 # Subpackages imported on first attribute access (PEP 562): importing one loads no shared
 # library either, but each pulls in Python modules a user of the driver layer does not need.
-_LAZY = ("cublas", "cudnn", "nccl", "kernels", "testing")
+_LAZY = ("cublas", "cudnn", "nccl", "cufft", "cusparse", "kernels", "testing")
 
 
 def __getattr__(name: str):
@@ -60,7 +61,7 @@ __all__ = [
     "DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
-    "driver_version", "is_available", "unavailable_reason", "dtypes",
+    "driver_version", "driver_version_int", "is_available", "unavailable_reason", "dtypes",
     "Module", "Kernel", "Launcher", "compile", "graph",
     "operand", "operands", "Plan", "PlanCache", "plan_cache", "release_all", "tuning_store",
     "StepGraph", "capture_step", "Options", "options", "set_options", "option_context",

@@ -29,7 +29,8 @@ EXIT_STATUSES = {
     EXIT_OK: "everything found works (the self-check is skipped without a GPU)",
     EXIT_FAILED: "a device or a self-check failed",
     2: "usage error (an unknown option)",
-    EXIT_NO_LIBRARY: "no CUDA library (NVRTC, cuBLAS, cuBLASLt, cuDNN, NCCL) could be loaded",
+    EXIT_NO_LIBRARY: "no CUDA library (NVRTC, cuBLAS, cuBLASLt, cuDNN, NCCL, cuFFT, cuSPARSE) "
+                     "could be loaded",
 }
 
 
@@ -42,7 +43,7 @@ def _pkg_version(name: str) -> str:
 
 def _library_versions() -> dict:
     """name -> callable giving the loaded library's version string."""
-    from . import cublas, cudnn, nccl
+    from . import cublas, cudnn, cufft, cusparse, nccl
     from .driver import nvrtc
 
     def dotted(t):
@@ -54,6 +55,8 @@ def _library_versions() -> dict:
         "cublasLt": lambda: dotted(cublas.lt_version()),
         "cudnn": lambda: dotted(cudnn.version()),
         "nccl": lambda: dotted(nccl.version()),
+        "cufft": lambda: dotted(cufft.version()),
+        "cusparse": lambda: dotted(cusparse.version()),
     }
 
 
@@ -81,7 +84,7 @@ def report(out=sys.stdout) -> int:
 
     ok = True
     try:
-        major, minor = _core.driver_version()
+        major, minor, _ = _core.driver_version()
         # A library bound before the loader's record was reset has no record: say so.
         info = _loader.loaded().get("cuda")
         w(f"driver: CUDA {major}.{minor} ({(info and info.path) or 'libcuda'})\n")

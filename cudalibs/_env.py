@@ -17,8 +17,9 @@ __all__ = ["VARIABLES", "flag", "text", "integer", "library_path", "cache_dir",
 
 #: ``{variable: what it does}`` for every variable read by cudalibs.
 VARIABLES = {
-    "CUDALIBS_<NAME>_PATH": "load library NAME (CUDA, NVRTC, CUBLAS, CUBLASLT, CUDNN, NCCL) "
-                            "from this file (an absolute path) instead of searching for it",
+    "CUDALIBS_<NAME>_PATH": "load library NAME (CUDA, NVRTC, CUBLAS, CUBLASLT, CUDNN, NCCL, "
+                            "CUFFT, CUSPARSE) from this file (an absolute path) instead of "
+                            "searching for it",
     "CUDALIBS_RELAUNCH": "0 turns recorded relaunches off (default on)",
     "CUDALIBS_GEMM_BACKEND": "auto | lt | cublas: the library behind gemm() (default auto)",
     "CUDALIBS_PLAN_CACHE_SIZE": "the most plans the one plan cache keeps (default 1024)",

@@ -55,6 +55,10 @@ LIBRARIES: dict[str, _Spec] = {
     "cublasLt": _Spec("cublasLt", ("libcublasLt.so.13", "libcublasLt.so.12")),
     "cudnn": _Spec("cudnn", ("libcudnn.so.9",)),
     "nccl": _Spec("nccl", ("libnccl.so.2",)),
+    # cuFFT's major version runs one below CUDA's: 12 in the CUDA 13 wheel, 11 in CUDA 12's.
+    "cufft": _Spec("cufft", ("libcufft.so.12", "libcufft.so.11")),
+    # cuSPARSE is 12.x in both the CUDA 13 and the CUDA 12 wheels: one soname.
+    "cusparse": _Spec("cusparse", ("libcusparse.so.12",)),
 }
 
 #: Library -> the NVIDIA wheel that ships it, for CUDA 13 and for CUDA 12 (the ``cu13`` and
@@ -65,6 +69,8 @@ WHEELS = {
     "cublasLt": ("nvidia-cublas", "nvidia-cublas-cu12"),
     "cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
     "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+    "cufft": ("nvidia-cufft", "nvidia-cufft-cu12"),
+    "cusparse": ("nvidia-cusparse", "nvidia-cusparse-cu12"),
 }
 
 

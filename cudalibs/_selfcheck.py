@@ -100,6 +100,57 @@ def _layer_norm() -> str:
     return "cuDNN layer norm (fp32) vs numpy"
 
 
+def _fft() -> str:
+    from . import cufft
+    from .driver import Device, Stream, to_device
+    from .testing import assert_close, random_array
+
+    rng = np.random.default_rng(0)
+    dev = Device(0)
+    x = random_array((6, 96), np.float32, rng=rng)
+    z = random_array((3, 20, 12), np.complex128, rng=rng)
+    with Stream(dev) as s:
+        dx, dz = to_device(x, device=dev, stream=s), to_device(z, device=dev, stream=s)
+        spectrum = cufft.rfft(dx, norm="ortho", stream=s)
+        back = cufft.irfft(spectrum, n=96, norm="ortho", stream=s).get(stream=s)
+        f = cufft.fftn(dz, axes=(0, 2), stream=s).get(stream=s)
+        spectrum = spectrum.get(stream=s)
+    x64 = x.astype(np.float64)
+    assert_close(spectrum, np.fft.rfft(x64, norm="ortho"), np.float32)
+    assert_close(back, x64, np.float32)
+    assert_close(f, np.fft.fftn(z, axes=(0, 2)), np.float64)
+    return (f"cuFFT {'.'.join(map(str, cufft.version()))} rfft/irfft (fp32, ortho) and a "
+            "strided 2-D fftn (fp64) vs numpy")
+
+
+def _spmv() -> str:
+    from . import cusparse
+    from .driver import Device, Stream, to_device
+    from .testing import assert_close
+
+    rng = np.random.default_rng(0)
+    dev = Device(0)
+    n = 300
+    # A random CSR matrix built on the host (sorted, unique columns per row).
+    counts = rng.integers(0, 8, size=n)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = np.concatenate([np.sort(rng.choice(n, size=c, replace=False))
+                              for c in counts]).astype(np.int32)
+    data = rng.uniform(-1, 1, size=indices.size)
+    x = rng.uniform(-1, 1, size=n)
+    dense = np.zeros((n, n))
+    for r in range(n):
+        dense[r, indices[indptr[r]:indptr[r + 1]]] = data[indptr[r]:indptr[r + 1]]
+    with Stream(dev) as s:
+        A = cusparse.CSR(to_device(indptr, device=dev, stream=s),
+                         to_device(indices, device=dev, stream=s),
+                         to_device(data, device=dev, stream=s), (n, n))
+        y = cusparse.spmv(A, to_device(x, device=dev, stream=s), stream=s).get(stream=s)
+        A.close()
+    assert_close(y, dense @ x, np.float64, scale=np.abs(dense) @ np.abs(x))
+    return f"cuSPARSE {'.'.join(map(str, cusparse.version()))} SpMV (CSR, fp64) vs numpy"
+
+
 #: (name, check) pairs run in order.
 CHECKS = [
     ("memory round trip", _memory_round_trip),
@@ -107,6 +158,8 @@ CHECKS = [
     ("convolution", _conv),
     ("attention", _attention),
     ("layer norm", _layer_norm),
+    ("FFT", _fft),
+    ("sparse matrix-vector product", _spmv),
 ]
 
 

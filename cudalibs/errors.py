@@ -26,6 +26,8 @@ __all__ = [
     "CublasError",
     "CudnnError",
     "NcclError",
+    "CufftError",
+    "CusparseError",
 ]
 
 
@@ -116,7 +118,8 @@ class StatusError(CudaLibsError):
     Attributes
     ----------
     library : str
-        ``"cuda"``, ``"nvrtc"``, ``"cublas"``, ``"cudnn"`` or ``"nccl"``.
+        ``"cuda"``, ``"nvrtc"``, ``"cublas"``, ``"cudnn"``, ``"nccl"``, ``"cufft"`` or
+        ``"cusparse"``.
     status : int
         The raw status code.
     name : str
@@ -395,6 +398,54 @@ _NCCL_STATUS = _status_table(
 )
 
 
+# cufftResult (cufft.h).  cuFFT 11 (CUDA 12) has 10, 12 and 15, which cuFFT 12 (CUDA 13)
+# dropped; 17-20 are cuFFT 12's.
+_CUFFT_STATUS = _status_table(
+    """
+    0 CUFFT_SUCCESS
+    1 CUFFT_INVALID_PLAN
+    2 CUFFT_ALLOC_FAILED
+    3 CUFFT_INVALID_TYPE
+    4 CUFFT_INVALID_VALUE
+    5 CUFFT_INTERNAL_ERROR
+    6 CUFFT_EXEC_FAILED
+    7 CUFFT_SETUP_FAILED
+    8 CUFFT_INVALID_SIZE
+    9 CUFFT_UNALIGNED_DATA
+    10 CUFFT_INCOMPLETE_PARAMETER_LIST
+    11 CUFFT_INVALID_DEVICE
+    12 CUFFT_PARSE_ERROR
+    13 CUFFT_NO_WORKSPACE
+    14 CUFFT_NOT_IMPLEMENTED
+    15 CUFFT_LICENSE_ERROR
+    16 CUFFT_NOT_SUPPORTED
+    17 CUFFT_MISSING_DEPENDENCY
+    18 CUFFT_NVRTC_FAILURE
+    19 CUFFT_NVJITLINK_FAILURE
+    20 CUFFT_NVSHMEM_FAILURE
+    """
+)
+
+
+# cusparseStatus_t (cusparse.h)
+_CUSPARSE_STATUS = _status_table(
+    """
+    0 CUSPARSE_STATUS_SUCCESS
+    1 CUSPARSE_STATUS_NOT_INITIALIZED
+    2 CUSPARSE_STATUS_ALLOC_FAILED
+    3 CUSPARSE_STATUS_INVALID_VALUE
+    4 CUSPARSE_STATUS_ARCH_MISMATCH
+    5 CUSPARSE_STATUS_MAPPING_ERROR
+    6 CUSPARSE_STATUS_EXECUTION_FAILED
+    7 CUSPARSE_STATUS_INTERNAL_ERROR
+    8 CUSPARSE_STATUS_MATRIX_TYPE_NOT_SUPPORTED
+    9 CUSPARSE_STATUS_ZERO_PIVOT
+    10 CUSPARSE_STATUS_NOT_SUPPORTED
+    11 CUSPARSE_STATUS_INSUFFICIENT_RESOURCES
+    """
+)
+
+
 class CudaError(StatusError):
     """A CUDA driver call failed (``CUresult``)."""
 
@@ -439,4 +490,21 @@ class NcclError(StatusError):
 
     library = "nccl"
     _names = _NCCL_STATUS
+    _subclasses = {}
+
+
+class CufftError(StatusError):
+    """A cuFFT call failed (``cufftResult``); ``detail`` names the plan it ran."""
+
+    library = "cufft"
+    _names = _CUFFT_STATUS
+    _subclasses = {}
+
+
+class CusparseError(StatusError):
+    """A cuSPARSE call failed (``cusparseStatus_t``); the message is cuSPARSE's own
+    (``cusparseGetErrorString``) and ``detail`` names the plan or matrix it ran."""
+
+    library = "cusparse"
+    _names = _CUSPARSE_STATUS
     _subclasses = {}

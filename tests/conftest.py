@@ -1,5 +1,13 @@
 """Settings shared by both test tiers; GPU fixtures live in tests/gpu/conftest.py.
 
+The hypothesis profile comes from ``HYPOTHESIS_PROFILE``: ``ci`` (the default), ``sanitizer``
+(few examples, for compute-sanitizer runs), ``triage`` (no shrinking) or ``wide``: about ten
+examples per property test, drawn from bounds that tests/gpu/_sizes.py widens so that the
+problems cross tile, block and split-K boundaries (GEMMs of a few thousand per side,
+convolutions of up to a few hundred channels, softmax and norm rows of thousands of columns,
+RNNs of hidden size 256-512).  A GPU test module's own example count is capped by the profile
+(``examples()`` in tests/gpu/_sizes.py), so the smaller profiles do reduce it.
+
 Besides the hypothesis profiles, two rules keep a run from depending on what an earlier one
 left behind or on luck (the CPU tier's tests that finalize cuDNN backend descriptors, which
 cuDNN 9.28 cannot do without the NVIDIA driver, are marked and skipped in tests/cpu/conftest.py):
@@ -36,6 +44,10 @@ settings.register_profile("ci", deadline=None, max_examples=60)
 settings.register_profile("sanitizer", deadline=None, max_examples=4)
 # Quick triage of a broken build: fewer examples and no shrinking of a failing one.
 settings.register_profile("triage", deadline=None, max_examples=15,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+# Large problems (tests/gpu/_sizes.py widens the strategies' bounds): few examples, and a
+# failing one reported as found -- shrinking would rerun large problems dozens of times.
+settings.register_profile("wide", deadline=None, max_examples=10,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -5,7 +5,7 @@ the CUDA objects themselves.  What the libraries share on top of them (the opera
 plans and the plan cache, relaunches, handles, options) is :mod:`cudalibs.runtime`.
 """
 
-from ._core import driver_version, init, is_available, unavailable_reason
+from ._core import driver_version, driver_version_int, init, is_available, unavailable_reason
 from .array import DeviceArray, empty, full, to_device, zeros
 from .interop import asarray, empty_like, from_dlpack, full_like, zeros_like
 from .device import Device, DeviceProperties, as_device, current_device, device_count
@@ -23,6 +23,6 @@ __all__ = [
     "DeviceArray", "to_device", "empty", "zeros", "full", "empty_like", "zeros_like",
     "full_like", "asarray", "from_dlpack",
     "Stream", "Event", "current_stream", "default_stream", "as_stream",
-    "driver_version", "is_available", "unavailable_reason", "init",
+    "driver_version", "driver_version_int", "is_available", "unavailable_reason", "init",
     "Module", "Kernel", "Launcher", "compile", "graph",
 ]

@@ -14,8 +14,8 @@ from .._ffi import make_raiser, register_context_setter
 from ..errors import CudaError, LibraryNotFoundError
 from . import _lib
 
-__all__ = ["lib", "raise_for", "init", "driver_version", "is_available", "ready",
-           "unavailable_reason"]
+__all__ = ["lib", "raise_for", "init", "driver_version", "driver_version_int", "is_available",
+           "ready", "unavailable_reason"]
 
 
 def lib():
@@ -62,16 +62,30 @@ def init():
     return L
 
 
-def driver_version() -> tuple[int, int]:
-    """The CUDA version the installed driver supports, as ``(major, minor)``.
+def driver_version() -> tuple[int, int, int]:
+    """The CUDA version the installed driver supports.
 
     Needs only libcuda, not a GPU.
+
+    Returns
+    -------
+    tuple of int
+        ``(major, minor, patch)`` like every library's ``version()``, for example
+        ``(13, 0, 0)``.  ``cuDriverGetVersion`` reports no patch level, so it is always 0;
+        :func:`driver_version_int` gives the driver's own integer.
     """
+    v = driver_version_int()
+    return v // 1000, (v % 1000) // 10, 0
+
+
+def driver_version_int() -> int:
+    """The CUDA version the installed driver supports, as ``cuDriverGetVersion`` reports it
+    (``1000 * major + 10 * minor``, for example 13000)."""
     v = ctypes.c_int()
     st = _lib.get().cuDriverGetVersion(ctypes.byref(v))
     if st:
         raise_for(st, "cuDriverGetVersion")
-    return v.value // 1000, (v.value % 1000) // 10
+    return v.value
 
 
 def unavailable_reason() -> str | None:

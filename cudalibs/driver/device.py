@@ -291,7 +291,9 @@ class Device:
         st = _lib.get().cuDeviceGetUuid_v2(ctypes.byref(u), self._handle)
         if st:
             raise_for(st, "cuDeviceGetUuid_v2")
-        h = bytes(u.bytes).hex()
+        # Not ``u.bytes``: ctypes reads a char array field as a C string, which stops at the
+        # first zero byte (a UUID may hold one) and would shorten the UUID.
+        h = ctypes.string_at(ctypes.addressof(u), ctypes.sizeof(u)).hex()
         return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
     def can_access_peer(self, other: "Device | int") -> bool:

@@ -58,7 +58,7 @@ def check_ptx_version(isa, driver) -> str | None:
     if isa is None:
         return None
     need = required_cuda_for_ptx(isa)
-    if tuple(driver) >= need:
+    if tuple(driver)[:2] >= need:
         return None
     return (f"PTX ISA {isa[0]}.{isa[1]} needs a driver for CUDA \u2265 {need[0]}.{need[1]}; "
             f"this driver is CUDA {driver[0]}.{driver[1]}; compile to cubin "

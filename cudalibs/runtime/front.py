@@ -24,7 +24,7 @@ from typing import Callable
 from . import log as _log
 from .cache import KeyKind, cache
 
-__all__ = ["lookup", "insert", "planned", "PLAN", "tuned"]
+__all__ = ["lookup", "insert", "planned", "drop", "PLAN", "tuned"]
 
 _logger = _log.get("runtime")
 
@@ -82,3 +82,18 @@ def planned(key, build: Callable, *, tune: bool = False, stream=None,
     if p is None:
         p = insert(key, build(), tuned(stream) if tune else prepare)
     return p
+
+
+def drop(keys) -> int:
+    """Remove the plans cached under ``keys`` and close them (a key not cached is skipped);
+    for an object whose plans must not outlive it, such as a sparse matrix whose arrays the
+    plans read.  Returns how many were removed."""
+    n = 0
+    for key in keys:
+        plan = cache.pop(key)
+        if plan is not None:
+            n += 1
+            close = getattr(plan, "close", None)
+            if close is not None:
+                close()
+    return n

@@ -63,7 +63,7 @@ __all__ = [
 
 # Libraries cuda.pathfinder knows, in the order their include folders go on the search path.
 # cuda.h and library_types.h live with the runtime ("cudart") headers in the cu13 wheel.
-PATHFINDER_LIBS = ("cudart", "nvrtc", "cublas", "cudnn", "nccl")
+PATHFINDER_LIBS = ("cudart", "nvrtc", "cublas", "cudnn", "nccl", "cufft", "cusparse")
 
 
 class HeaderParseError(RuntimeError):
@@ -109,7 +109,7 @@ def dist_cuda_major(name: str, version: str) -> int | None:
 def include_dirs() -> tuple[str, ...]:
     """Include folders of the installed NVIDIA wheels, deduplicated, in search order.
 
-    cuda.pathfinder first (it knows cudart, nvrtc, cublas, cudnn, nccl and prefers
+    cuda.pathfinder first (it knows cudart, nvrtc, cublas, cudnn, nccl, cufft, cusparse and prefers
     site-packages); then every ``nvidia/<pkg>/include`` folder of the ``nvidia`` namespace
     package and of the installed ``nvidia-*`` distributions, which covers anything pathfinder
     does not know.
@@ -170,7 +170,7 @@ def include_dirs() -> tuple[str, ...]:
         raise HeaderParseError(
             "no NVIDIA include folders found: install the nvidia-* wheels "
             "(nvidia-cuda-runtime, nvidia-cuda-nvrtc, nvidia-cublas, nvidia-cudnn-cu13, "
-            "nvidia-nccl-cu13) and cuda-pathfinder")
+            "nvidia-nccl-cu13, nvidia-cufft, nvidia-cusparse) and cuda-pathfinder")
     want = loaded_cuda_major()
     if want is not None:
         found.sort(key=lambda d: majors.get(d, want) != want)  # stable: keeps the order within

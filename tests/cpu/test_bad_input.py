@@ -5,7 +5,8 @@ exported:
 
 - scope: the ``__all__`` of :mod:`cudalibs` (the driver objects re-exported there, the
   runtime), :mod:`cudalibs.cublas`, :mod:`cudalibs.cudnn`, :mod:`cudalibs.nccl`,
-  :mod:`cudalibs.kernels` and :mod:`cudalibs.graph`.  Not walked: the submodules those name
+  :mod:`cudalibs.cufft`, :mod:`cudalibs.cusparse`, :mod:`cudalibs.kernels` and
+  :mod:`cudalibs.graph`.  Not walked: the submodules those name
   (``cudnn.backend`` and ``cudnn.attention`` are lower layers whose public objects
   :mod:`cudalibs.cudnn` re-exports), :mod:`cudalibs.dtypes` (its ``lookup`` is the dtype
   conversion behind every ``dtype`` argument walked here, named by its caller) and
@@ -92,9 +93,45 @@ def fake(shape, dtype=np.float32):
 
 
 F16, F32, I32, I64, U8 = np.float16, np.float32, np.int32, np.int64, np.uint8
+C64 = np.complex64
+
+
+def _csr_arrays():
+    return {"indptr": fake((5,), I32), "indices": fake((8,), I32), "data": fake((8,)),
+            "shape": (4, 4)}
+
+
+def _csr():
+    """A 4x4 CSR matrix over fake arrays (its construction makes no C call)."""
+    return cl.cusparse.CSR(**_csr_arrays())
+
+
+def _scipy_csr():
+    import scipy.sparse as sp
+    return sp.eye(4, format="csr", dtype=np.float32)
+
+
+class _TorchCsr:
+    """What from_torch reads of a torch sparse CSR tensor, over fake arrays."""
+
+    layout = "torch.sparse_csr"
+    is_sparse = False
+    shape = (4, 4)
+
+    def dim(self):
+        return 2
+
+    def crow_indices(self):
+        return fake((5,), I32)
+
+    def col_indices(self):
+        return fake((8,), I32)
+
+    def values(self):
+        return fake((8,))
 
 # -- scope -----------------------------------------------------------------------------------------
-MODULES = (cl, cl.cublas, cl.cudnn, cl.nccl, cl.kernels, cl.graph)
+MODULES = (cl, cl.cublas, cl.cudnn, cl.nccl, cl.cufft, cl.cusparse, cl.kernels, cl.graph)
 
 
 def _is_record(obj) -> bool:
@@ -293,6 +330,35 @@ VALID = {
     "nccl.Communicator.from_store": lambda: {"store": _Store(), "rank": 0, "world_size": 1},
     "nccl.Communicator.from_mpi": lambda: {"mpi_comm": _Mpi()},
     "nccl.close_all": lambda: {"comms": []},
+    # cuFFT
+    "cufft.FFTPlan": lambda: {"x": fake((8,), C64)},
+    **{f"cufft.{op}": (lambda: {"a": fake((8, 8), C64)}) for op in (
+        "fft", "ifft", "irfft", "fft2", "ifft2", "irfft2", "fftn", "ifftn", "irfftn")},
+    **{f"cufft.{op}": (lambda: {"a": fake((8, 8), F32)}) for op in ("rfft", "rfft2", "rfftn")},
+    # cuSPARSE: matrices over fake arrays (made without a C call)
+    "cusparse.error_name": lambda: {"status": 3},
+    "cusparse.error_string": lambda: {"status": 3},
+    "cusparse.CSR": lambda: _csr_arrays(),
+    "cusparse.CSC": lambda: _csr_arrays(),
+    "cusparse.COO": lambda: {"row": fake((8,), I32), "col": fake((8,), I32),
+                             "data": fake((8,)), "shape": (4, 4)},
+    "cusparse.BSR": lambda: {"indptr": fake((3,), I32), "indices": fake((2,), I32),
+                             "data": fake((2, 2, 2)), "shape": (4, 4)},
+    "cusparse.from_scipy": lambda: {"matrix": _scipy_csr()},
+    "cusparse.from_torch": lambda: {"tensor": _TorchCsr()},
+    "cusparse.from_dense": lambda: {"x": fake((4, 4))},
+    "cusparse.SpMV": lambda: {"A": _csr()},
+    "cusparse.SpMM": lambda: {"A": _csr(), "b": fake((4, 3))},
+    "cusparse.SDDMM": lambda: {"a": fake((4, 2)), "b": fake((2, 4)), "C": _csr()},
+    "cusparse.SpGEMM": lambda: {"A": _csr(), "B": _csr()},
+    "cusparse.SpSV": lambda: {"A": _csr()},
+    "cusparse.SpSM": lambda: {"A": _csr(), "b": fake((4, 3))},
+    "cusparse.spmv": lambda: {"A": _csr(), "x": fake((4,))},
+    "cusparse.spmm": lambda: {"A": _csr(), "B": fake((4, 3))},
+    "cusparse.sddmm": lambda: {"a": fake((4, 2)), "b": fake((2, 4)), "C": _csr()},
+    "cusparse.spgemm": lambda: {"A": _csr(), "B": _csr()},
+    "cusparse.spsv": lambda: {"A": _csr(), "x": fake((4,))},
+    "cusparse.spsm": lambda: {"A": _csr(), "B": fake((4, 3))},
     # the shipped kernels
     "kernels.add": lambda: _vec("x", "y"),
     "kernels.axpy": lambda: {"alpha": 1.0, **_vec("x", "y")},

@@ -169,9 +169,14 @@ def test_dtype_table():
     assert (bf.cuda, bf.cudnn, bf.nccl, bf.dlpack) == (14, 9, 9, (4, 16))
     assert dtypes.lookup(np.int8).compute == dtypes.COMPUTE["COMPUTE_32I"]
     for row in dtypes.TABLE.values():
+        assert isinstance(row, dtypes.DType)
         assert dtypes.lookup(row.numpy) is row
         assert dtypes.from_dlpack_code(*row.dlpack) is row
         assert row.itemsize == row.numpy.itemsize
+        # each library's enum of the row is one its own table names
+        for value, table in ((row.cudnn, dtypes.CUDNN), (row.nccl, dtypes.NCCL),
+                             (row.dlpack[0], dtypes.DLPACK)):
+            assert value is None or value in table.values(), (row.name, value)
     with pytest.raises(TypeError, match="not supported"):
         dtypes.lookup(object)
     with pytest.raises(TypeError, match="byte order"):
@@ -309,3 +314,25 @@ def test_byte_extent_and_overlap():
     assert not spans_overlap(100, (0, 48), 148, (0, 8))        # adjacent, not overlapping
     assert not spans_overlap(100, (0, 48), 120, (0, 0))        # empty never overlaps
     assert spans_overlap(200, (-32, 16), 170, (0, 4))
+
+
+def test_device_uuid_keeps_zero_bytes(monkeypatch):
+    # A UUID may hold a zero byte; read as a C string it would end there.
+    import ctypes
+
+    from cudalibs.driver import _lib as driver_lib
+    from cudalibs.driver import device as device_mod
+
+    raw = bytes([0x76, 0x0A, 0x81, 0xDB, 0xB1, 0x1D, 0xBB, 0xB6,
+                 0x76, 0x35, 0x3E, 0x00, 0x12, 0x00, 0x9F, 0x01])
+
+    class FakeDriver:
+        @staticmethod
+        def cuDeviceGetUuid_v2(out, handle):
+            ctypes.memmove(out, raw, 16)
+            return 0
+
+    monkeypatch.setattr(driver_lib, "get", lambda: FakeDriver)
+    dev = object.__new__(device_mod.Device)     # no driver here: only the handle is needed
+    device_mod.Device._handle.__set__(dev, 0)
+    assert dev.uuid == "GPU-760a81db-b11d-bbb6-7635-3e0012009f01"

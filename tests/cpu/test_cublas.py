@@ -123,6 +123,7 @@ def test_mapping_transpose_flags():
     a = np.zeros((6, 4), np.float32)
     b = np.zeros((4, 5), np.float32)
     g = cublas.gemm_args(a.shape, a.strides, b.shape, b.strides, None, 4)
+    assert isinstance(g, cublas.GemmArgs) and g == cublas.GemmArgs(*g)
     assert (g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldc) == (N_, N_, 5, 6, 4, 5, 4, 5)
     at = np.zeros((4, 6), np.float32).T       # a given as a transposed view
     bt = np.zeros((5, 4), np.float32).T

@@ -251,8 +251,27 @@ def test_attribute_errors_carry_cudnn_text():
     assert err.function == "cudnnBackendSetAttribute" and "CUDNN_ATTR_TENSOR_UNIQUE_ID" in str(err)
     assert err.name == "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE"
     assert err.detail  # cudnnGetLastErrorString's account
+    # the short account of a failed graph route that plans keep (plan.fallback)
+    assert G.why(err) == (f"cudnnBackendSetAttribute: CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE "
+                          f"({err.detail})")
+    assert G.why(ValueError("no engine")) == "ValueError: no engine"
     with pytest.raises(CudnnError, match="cudnnBackendGetAttribute"):
         d.get(T.CUDNN_ATTR_TENSOR_DIMENSIONS, T.CUDNN_TYPE_INT64)   # not finalized yet
+
+
+def test_names_in_messages():
+    for value, name_of, prefix, unknown in (
+            (T.CUDNN_ATTR_TENSOR_UNIQUE_ID, G.attribute_name, "CUDNN_ATTR_", "attribute"),
+            (T.CUDNN_BACKEND_TENSOR_DESCRIPTOR, G.descriptor_type_name, "CUDNN_BACKEND_",
+             "descriptor type")):
+        name = name_of(value)
+        assert name.startswith(prefix) and getattr(T, name) == value
+        assert name_of(-1) == f"{unknown} -1"
+    assert G.RNG_DISTRIBUTIONS == {"bernoulli": T.CUDNN_RNG_DISTRIBUTION_BERNOULLI,
+                                   "uniform": T.CUDNN_RNG_DISTRIBUTION_UNIFORM,
+                                   "normal": T.CUDNN_RNG_DISTRIBUTION_NORMAL}
+    with pytest.raises(ValueError, match="distribution must be one of"):
+        G.rng("poisson")
 
 
 @pytest.mark.cudnn_finalize

@@ -65,12 +65,15 @@ TABLES = [
     ("cudalibs.cublas._lib", "LT_TABLE", "LT_HEADERS"),
     ("cudalibs.cudnn._lib", "TABLE", "HEADERS"),
     ("cudalibs.nccl._lib", "TABLE", "HEADERS"),
+    ("cudalibs.cufft._lib", "TABLE", "HEADERS"),
+    ("cudalibs.cusparse._lib", "TABLE", "HEADERS"),
 ]
 MODULES = list(dict.fromkeys(mod for mod, _, _ in TABLES))
 HEADER_ATTRS = ("HEADERS", "LT_HEADERS")
 
 # Module-level integers named with these prefixes are vendor constants and must match the header.
-VENDOR_PREFIXES = ("CU_", "CUDA_", "NVRTC_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "nccl", "NCCL_")
+VENDOR_PREFIXES = ("CU_", "CUDA_", "NVRTC_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "nccl", "NCCL_",
+                   "CUFFT_", "CUSPARSE_")
 
 # Headers whose versioning macros live in an umbrella header the module may not name:
 # cublas_api.h declares cublasCreate_v2, but "#define cublasCreate cublasCreate_v2" is in
@@ -103,7 +106,13 @@ RELEASES = {
                        "cudnn"),
     "nccl.h": Release("nccl.h", "NCCL_VERSION_CODE", "nvidia-nccl-cu13", (10000, 100, 1),
                       "nccl"),
+    # cuFFT's own release (12.0 in CUDA 13.0), encoded major * 1000 + minor * 100 + patch.
+    "cufft.h": Release("cufft.h", "CUFFT_VERSION", "nvidia-cufft", (1000, 100, 1), "cufft"),
 }
+RELEASES["cufftXt.h"] = RELEASES["cufft.h"]
+# cuSPARSE's own release (12.6 in CUDA 13.0), encoded major * 1000 + minor * 100 + patch.
+RELEASES["cusparse.h"] = Release("cusparse.h", "CUSPARSE_VERSION", "nvidia-cusparse",
+                                 (1000, 100, 1), "cusparse")
 for _umbrella in ("cublas_v2.h", "cublasLt.h"):
     RELEASES[_umbrella] = RELEASES["cublas_api.h"]
 for _part in ("cudnn_adv.h", "cudnn_graph.h", "cudnn_ops.h", "cudnn_cnn.h"):
@@ -363,6 +372,8 @@ STATUS_ENUMS = [
     ("CublasError", "cublas_v2.h", "cublasStatus_t"),
     ("CudnnError", "cudnn.h", "cudnnStatus_t"),
     ("NcclError", "nccl.h", "ncclResult_t"),
+    ("CufftError", "cufft.h", "cufftResult"),
+    ("CusparseError", "cusparse.h", "cusparseStatus_t"),
 ]
 
 
@@ -460,7 +471,8 @@ def test_headers_found():
     assert os.path.isfile(os.path.join(H.builtin_include_dir(), "stddef.h"))
 
 
-@pytest.mark.parametrize("header", ["cuda.h", "nvrtc.h", "cublas_api.h", "cudnn.h", "nccl.h"])
+@pytest.mark.parametrize("header", ["cuda.h", "nvrtc.h", "cublas_api.h", "cudnn.h", "nccl.h",
+                                    "cufft.h", "cusparse.h"])
 def test_headers_are_those_of_the_loaded_libraries(header):
     # What the checks compare with must be the loaded library's own declarations: CUDA 12's
     # headers for the cu12 wheels, though the test extra installs CUDA 13's crt/ beside them.

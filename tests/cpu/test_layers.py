@@ -1,8 +1,8 @@
 """The layers and the contract between them, enforced by reading the source (no import, no GPU).
 
-- Layers, arrows pointing down only: the libraries (cublas, cudnn, nccl, kernels) -> runtime
-  -> driver -> the base (``_ffi``, ``_loader``, ``_env``, ``errors``, ``dtypes``).  Libraries
-  never import each other; production code never imports cudalibs.testing.
+- Layers, arrows pointing down only: the libraries (cublas, cudnn, nccl, cufft, cusparse,
+  kernels) -> runtime -> driver -> the base (``_ffi``, ``_loader``, ``_env``, ``errors``, ``dtypes``).
+  Libraries never import each other; production code never imports cudalibs.testing.
 - The libraries and the runtime read driver objects through public names only (the contract
   of docs/design.md); the runtime's few exceptions are listed here with their reason.
 - No import cycle anywhere in cudalibs, no import of a cudalibs module inside a function
@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2] / "cudalibs"
 DRIVER = ROOT / "driver"
 RUNTIME = ROOT / "runtime"
-LIBRARIES = ("cublas", "cudnn", "nccl", "kernels")
+LIBRARIES = ("cublas", "cudnn", "nccl", "cufft", "cusparse", "kernels")
 SIBLINGS = LIBRARIES + ("testing",)
 #: The base every layer may use.
 BASE = ("_ffi", "_loader", "_env", "errors", "dtypes", "ptx")

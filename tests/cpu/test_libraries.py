@@ -86,6 +86,22 @@ def test_every_library_version_has_one_form():
             assert mod.version_tuple() == mod.version()
 
 
+def test_driver_version_has_the_same_form(monkeypatch):
+    import cudalibs
+    from cudalibs.driver import _core
+
+    class FakeDriver:
+        @staticmethod
+        def cuDriverGetVersion(out):
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_int))[0] = 12080
+            return 0
+
+    monkeypatch.setattr(_core._lib, "get", lambda: FakeDriver)
+    assert _core.driver_version() == (12, 8, 0)
+    assert _core.driver_version_int() == 12080
+    assert cudalibs.driver_version_int is _core.driver_version_int
+
+
 def test_nvrtc_compiles_ptx():
     ptx, log = nvrtc._compile_raw(KERNEL, "saxpy.cu", ["-arch=compute_90"], "ptx")
     assert isinstance(ptx, bytes) and not ptx.endswith(b"\0")

@@ -157,6 +157,23 @@ def test_reference_forward_matches_a_per_sequence_loop(mode, bi):
     np.testing.assert_allclose(hyb, hy, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["rnn_relu", "lstm"])
+def test_reference_storage_rounds_each_state(mode):
+    rng = np.random.default_rng(7)
+    spec = dict(input_size=5, hidden_size=6, num_layers=2, bias=True)
+    p = {k: rng.uniform(-1, 1, s) for k, s in ref.rnn_param_shapes(mode, **spec).items()}
+    x = rng.uniform(-1, 1, (4, 3, 5))
+    y, hy, _ = ref.rnn_forward(mode, x, p)
+    ys, hys, _ = ref.rnn_forward(mode, x, p, storage=np.float16)
+    # every state is a float16 value, and close to the unrounded network's
+    for v in (ys, hys):
+        assert np.array_equal(v, v.astype(np.float16).astype(np.float64))
+    np.testing.assert_allclose(ys, y, rtol=0, atol=1e-2)
+    assert not np.array_equal(ys, y)
+    y64, _, _ = ref.rnn_forward(mode, x, p, storage=np.float64)
+    assert np.array_equal(y64, y)
+
+
 def test_reference_checks_its_inputs():
     rng = np.random.default_rng(0)
     p, x, hx, cx = _problem(rng, "lstm", 1, False, 0, True, False, None)

@@ -1,5 +1,7 @@
 """The rules tests/conftest.py sets for every run: cudalibs' caches in a private directory of
-the run's own, and ``rng`` seeds that replay.
+the run's own, and ``rng`` seeds that replay; and the rule that makes the GPU tier's random
+inputs replay too (read from its source): every draw is seeded by the ``rng`` fixture or, in a
+hypothesis test, by a seed hypothesis drew.
 
 The first test looks at this run; the others run pytest in subprocesses on a tiny generated
 suite that has a copy of tests/conftest.py, with different hash salts (``PYTHONHASHSEED``) and
@@ -8,6 +10,7 @@ suite that has a copy of tests/conftest.py, with different hash salts (``PYTHONH
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -166,3 +169,113 @@ def test_each_run_has_fresh_private_caches_that_it_removes(runs):
         assert not os.path.exists(root), "the run's cache directory outlived it"
         roots.append(root)
     assert len(set(roots)) == len(roots)
+
+
+# -- randomness in the GPU tier that replays ------------------------------------------------------
+GPU_TIER = ROOT / "tests" / "gpu"
+#: numpy.random's names that make a seeded generator (anything else there is global state).
+_NUMPY_MAKERS = frozenset({"default_rng", "Generator", "SeedSequence", "PCG64", "PCG64DXSM",
+                           "Philox", "SFC64", "MT19937", "BitGenerator"})
+#: torch's drawing functions, which take ``generator=`` (without one: torch's global state).
+_TORCH_DRAWS = frozenset({"rand", "randn", "randint", "randperm", "normal", "bernoulli",
+                          "multinomial", "rand_like", "randn_like", "randint_like"})
+#: ``{file: number of unseeded draws}`` of GPU-tier files whose draws do not all replay yet.
+#: The count keeps each from growing and fails once the file is fixed, so the entry goes too.
+UNSEEDED: dict[str, int] = {}
+
+
+def _draws_unseeded(node: ast.Call) -> str | None:
+    """What is wrong with a call, if it draws random numbers that no seed of the run's fixes."""
+    func = node.func
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+    dotted = ".".join(reversed(parts))
+    name = parts[0] if parts else ""
+    kw = {k.arg: k.value for k in node.keywords}
+
+    def none(v):
+        return isinstance(v, ast.Constant) and v.value is None
+
+    if name == "random_array" and ("rng" not in kw or none(kw["rng"])):
+        return "random_array without rng= (a fresh unseeded generator)"
+    if name == "default_rng" and (not node.args and "seed" not in kw
+                                  or node.args and none(node.args[0])):
+        return "default_rng() without a seed"
+    if dotted.startswith(("np.random.", "numpy.random.")) and len(parts) == 3 and \
+            name not in _NUMPY_MAKERS:
+        return f"{dotted}: numpy's global random state"
+    if dotted.startswith("torch.") and len(parts) == 2 and name in _TORCH_DRAWS and \
+            "generator" not in kw:
+        return f"{dotted} without generator=: torch's global random state"
+    return None
+
+
+def _is_given(fn) -> bool:
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if (isinstance(target, ast.Name) and target.id == "given") or \
+                (isinstance(target, ast.Attribute) and target.attr == "given"):
+            return True
+    return False
+
+
+def unseeded_draws(source: str, where: str) -> list[str]:
+    """``"<where>:<line>: why"`` of every draw in ``source`` that a failing run could not
+    replay: random inputs outside hypothesis must come from the ``rng`` fixture (seeded from
+    the run's seed), and a hypothesis test must draw its seed from hypothesis -- the ``rng``
+    fixture there would give each example the draws left over from the one before."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            why = _draws_unseeded(node)
+            if why:
+                found.append((node.lineno, why))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_given(node):
+            if any(a.arg == "rng" for a in node.args.args + node.args.kwonlyargs):
+                found.append((node.lineno, f"the hypothesis test {node.name} takes the rng "
+                                           "fixture; draw a seed with hypothesis instead"))
+    return [f"{where}:{line}: {why}" for line, why in sorted(found)]
+
+
+def test_the_gpu_tiers_random_inputs_replay():
+    bad, counts = [], {}
+    for path in sorted(GPU_TIER.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        found = unseeded_draws(path.read_text(encoding="utf-8"), rel)
+        if rel in UNSEEDED:
+            counts[rel] = len(found)
+        else:
+            bad += found
+    assert not bad, "draws a failing run could not replay:\n" + "\n".join(bad)
+    stale = {rel: n for rel, n in counts.items() if n != UNSEEDED[rel]}
+    assert not stale, (f"unseeded draws now {stale}, listed as {UNSEEDED}: bring UNSEEDED in "
+                       "line (remove a file whose draws all replay)")
+
+
+def test_the_replay_rule_catches_what_it_should():
+    src = textwrap.dedent('''
+        import numpy as np
+        import torch
+        from hypothesis import given
+        from cudalibs import testing as T
+
+        def test_plain(rng):
+            T.random_array(4, np.float32)
+            T.random_array(4, np.float32, rng=None)
+            np.random.default_rng()
+            np.random.rand(3)
+            torch.randn(3, device="cuda")
+            T.random_array(4, np.float32, rng=rng)
+            np.random.default_rng(7).standard_normal(3)
+            torch.randn(3, generator=g)
+
+        @given(seed=st.integers(0, 9))
+        def test_drawn(rng, seed):
+            np.random.default_rng(seed)
+    ''')
+    found = unseeded_draws(src, "x.py")
+    assert [f.split(":")[1] for f in found] == ["8", "9", "10", "11", "12", "18"], found

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import testing as T
+
+from ._sizes import gpu_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH, STEPS = 32, 5
@@ -21,8 +23,7 @@ LR, MOMENTUM, WD = 0.05, 0.9, 5e-4
 #: Relative agreement of each step's loss and of the parameters with PyTorch (float32).
 RTOL = 1e-4
 
-FEW = settings(max_examples=3, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+FEW = gpu_settings(3)
 
 
 def _load_example():

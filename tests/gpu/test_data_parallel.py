@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
@@ -29,6 +29,16 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "examples") not in sys.path:
     sys.path.insert(0, str(ROOT / "examples"))
 import _dp  # noqa: E402
+
+if __package__:
+    from ._sizes import gpu_settings
+else:
+    # A spawned rank (examples/_dp.py) loads this file by its path, outside its package.
+    _spec = importlib.util.spec_from_file_location("dp_test_sizes",
+                                                   Path(__file__).with_name("_sizes.py"))
+    _sizes = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_sizes)
+    gpu_settings = _sizes.gpu_settings
 
 
 def _load(name):
@@ -43,8 +53,7 @@ def _load(name):
 CNN = _load("cnn_train")
 TFM = _load("transformer_train")
 
-FEW = settings(max_examples=2, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+FEW = gpu_settings(2)
 BATCH, STEPS = 32, 4
 LR, MOMENTUM, WD = 0.05, 0.9, 5e-4
 #: Small buckets, so that the models' gradients spread over several of them.

@@ -246,9 +246,10 @@ def test_a_bias_gradient_lands_in_an_unaligned_view(device, rng):
 
 # -- 4. torch's float8, bfloat16 and complex64 tensors -----------------------------------------------
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
-def test_torch_float8_comes_in_or_is_refused_by_name(device, name):
+def test_torch_float8_comes_in_or_is_refused_by_name(device, rng, name):
     torch = pytest.importorskip("torch")
-    t = torch.randn(64, 64, device="cuda").to(getattr(torch, name))
+    t = torch.from_numpy(T.random_array((64, 64), np.float32, rng=rng)).to(
+        "cuda", getattr(torch, name))
     try:
         a = cl.asarray(t)
     except TypeError as exc:
@@ -263,9 +264,11 @@ def test_torch_float8_comes_in_or_is_refused_by_name(device, name):
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "complex64"])
-def test_torch_bfloat16_and_complex64_round_trip(device, name):
+def test_torch_bfloat16_and_complex64_round_trip(device, rng, name):
     torch = pytest.importorskip("torch")
-    t = torch.randn(64, 64, device="cuda", dtype=getattr(torch, name))
+    host = T.random_array((64, 64), np.complex64 if name == "complex64" else np.float32,
+                          rng=rng)
+    t = torch.from_numpy(host).to("cuda", getattr(torch, name))
     a = cl.asarray(t)
     assert a.dtype == (BF16 if name == "bfloat16" else np.dtype(np.complex64)), a.dtype
     assert a.address == t.data_ptr() and a.shape == (64, 64)

@@ -14,7 +14,6 @@ import importlib.util
 import math
 import sys
 import threading
-import zlib
 from pathlib import Path
 
 import pytest
@@ -80,8 +79,8 @@ def check(name, actual, expected, bound):
     assert err <= bound, f"{name}: relative error {err:.3e} > {bound:.1e}"
 
 
-def rand(*shape, dtype=torch.float32, scale=1.0, gen=None):
-    """Normal values rounded to ``dtype`` (exact in float64)."""
+def rand(*shape, gen, dtype=torch.float32, scale=1.0):
+    """Normal values rounded to ``dtype`` (exact in float64), drawn from the test's ``gen``."""
     return (torch.randn(*shape, generator=gen) * scale).to("cuda", dtype)
 
 
@@ -97,8 +96,9 @@ def _no_tf32():
 
 
 @pytest.fixture
-def gen(request):
-    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+def gen(rng):
+    """torch's generator for the test, seeded from its ``rng`` (the run's seed and its id)."""
+    return torch.Generator().manual_seed(int(rng.integers(2**63)))
 
 
 # -- each Function against PyTorch ---------------------------------------------------------
@@ -244,23 +244,22 @@ def test_conv2d(device, gen, dtype, case):
 
 
 # -- errors come from cudalibs' own checks ----------------------------------------------------
-def test_shape_and_dtype_errors(device):
-    cuda = dict(device="cuda")
+def test_shape_and_dtype_errors(device, gen):
     with pytest.raises(ValueError, match="inner dimensions") as info:
-        E.linear(torch.randn(4, 5, **cuda), torch.randn(3, 6, **cuda))
+        E.linear(rand(4, 5, gen=gen), rand(3, 6, gen=gen))
     assert info.value.cudalibs_op == "Linear forward"
     with pytest.raises(ValueError, match="float32 but b is float16"):
-        E.linear(torch.randn(4, 5, **cuda), torch.randn(3, 5, **cuda, dtype=torch.float16))
-    q = torch.randn(1, 2, 16, 32, **cuda)
+        E.linear(rand(4, 5, gen=gen), rand(3, 5, dtype=torch.float16, gen=gen))
+    q = rand(1, 2, 16, 32, gen=gen)
     with pytest.raises(TypeError, match="fused attention takes"):
         E.attention(q, q, q)
-    h = torch.randn(1, 2, 16, 12, **cuda, dtype=torch.bfloat16)
+    h = rand(1, 2, 16, 12, dtype=torch.bfloat16, gen=gen)
     with pytest.raises(ValueError, match="multiples of 8"):
         E.attention(h, h, h)
     with pytest.raises(ValueError, match="weight has shape"):
-        E.layer_norm(torch.randn(4, 8, **cuda), torch.ones(6, **cuda))
+        E.layer_norm(rand(4, 8, gen=gen), torch.ones(6, device="cuda"))
     with pytest.raises(ValueError, match="channels"):
-        E.conv2d(torch.randn(1, 3, 8, 8, **cuda), torch.randn(4, 5, 3, 3, **cuda))
+        E.conv2d(rand(1, 3, 8, 8, gen=gen), rand(4, 5, 3, 3, gen=gen))
 
 
 # -- threads and streams -----------------------------------------------------------------------

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
+
+from ._sizes import gpu_settings
 
 torch = pytest.importorskip("torch")
 
@@ -43,8 +45,7 @@ GRAPH_RTOL = 1e-6
 #: own roundings; an update 30 % off, in one tensor or in all, fails them.
 UPDATE_RTOL = {"matrix": 0.10, "vector": 0.20, "all": 0.08}
 
-FEW = settings(max_examples=2, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+FEW = gpu_settings(2)
 
 
 def _load_example():

@@ -195,7 +195,7 @@ def _state(v, shape, name):
 
 
 def rnn_forward(mode, x, params, hx=None, cx=None, *, seq_lengths=None, batch_first=False,
-                return_cache=False):
+                return_cache=False, storage=None):
     """The forward pass of a (stacked, optionally bidirectional) recurrent network.
 
     Parameters
@@ -213,6 +213,14 @@ def rnn_forward(mode, x, params, hx=None, cx=None, *, seq_lengths=None, batch_fi
     batch_first : bool
     return_cache : bool
         Also return what :func:`rnn_backward` needs.
+    storage : dtype-like, optional
+        The type the network's hidden states are stored in between steps and layers (a
+        library running in float16 or bfloat16 keeps them so): each new hidden state is
+        rounded to it before it is used again. Everything else stays float64. It matters for
+        ``rnn_relu``, whose gradient changes by a whole term where a pre-activation within
+        rounding of zero takes the other side of it: with ``storage``, the reference's ReLU
+        masks are those of a network computing from the rounded states. The backward of
+        such a cache rounds the gradients handed between steps and layers the same way.
 
     Returns
     -------
@@ -222,6 +230,11 @@ def rnn_forward(mode, x, params, hx=None, cx=None, *, seq_lengths=None, batch_fi
         ``return_cache``.
     """
     net = _Net(mode, params)
+    if storage is None:
+        store = None
+    else:
+        kept = np.dtype(storage)
+        store = lambda v: v.astype(kept).astype(np.float64)  # noqa: E731
     xs = _seq_major(x, batch_first)
     t, b, _ = xs.shape
     lengths = _lengths(seq_lengths, t, b)
@@ -244,6 +257,8 @@ def rnn_forward(mode, x, params, hx=None, cx=None, *, seq_lengths=None, batch_fi
             for s in (range(t) if d == 0 else range(t - 1, -1, -1)):
                 m = (lengths > s)[:, None]
                 h2, c2, saved = _cell_forward(mode, w, inp[s], h, c)
+                if store is not None:
+                    h2 = store(h2)
                 h = np.where(m, h2, h)
                 if c is not None:
                     c = np.where(m, c2, c)
@@ -258,7 +273,8 @@ def rnn_forward(mode, x, params, hx=None, cx=None, *, seq_lengths=None, batch_fi
     y = np.swapaxes(inp, 0, 1) if batch_first else inp
     if not return_cache:
         return y, hy, cy
-    cache = {"net": net, "steps": steps, "shape": xs.shape, "batch_first": batch_first}
+    cache = {"net": net, "steps": steps, "shape": xs.shape, "batch_first": batch_first,
+             "store": store}
     return y, hy, cy, cache
 
 
@@ -292,6 +308,7 @@ def rnn_backward(cache, dy, dhy=None, dcy=None):
     grads = {k: np.zeros_like(v) for k, v in net.p.items()}
     dhx = np.zeros_like(dh_top)
     dcx = np.zeros_like(dc_top) if dc_top is not None else None
+    store = cache.get("store")
     d_out = dys
     for layer in range(net.layers - 1, -1, -1):
         d_in = None
@@ -309,11 +326,14 @@ def rnn_backward(cache, dy, dhy=None, dcy=None):
                     d_in = np.zeros((t, b, dxt.shape[1]))
                 d_in[s] += dxt
                 dh = dhp + np.where(m, 0.0, dh_t)
+                if store is not None:
+                    dh = store(dh)
                 if dc is not None:
                     dc = dcp + np.where(m, 0.0, dc)
             dhx[k] = dh
             if dcx is not None:
                 dcx[k] = dc
-        d_out = d_in
+        # the gradient handed to the layer below is stored like the states (see storage)
+        d_out = store(d_in) if store is not None and layer > 0 else d_in
     dx = np.swapaxes(d_out, 0, 1) if cache["batch_first"] else d_out
     return dx, dhx, dcx, grads

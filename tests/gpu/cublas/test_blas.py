@@ -3,17 +3,17 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import cublas
 from cudalibs import testing as T
 
+from .._sizes import bound, fit, gpu_settings
 from ._util import on_device, poisoned
 
-GPU = settings(max_examples=15, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU = gpu_settings(15)
 LEVEL1 = ["float32", "float64", "float16", "bfloat16", "complex64", "complex128"]
 
 
@@ -66,7 +66,7 @@ def _dot_bound(x, y, exact) -> float:
 
 @pytest.mark.parametrize("dtype", LEVEL1)
 @GPU
-@given(n=T.matrix_sizes(500), incx=st.integers(1, 3), incy=st.integers(1, 3),
+@given(n=T.matrix_sizes(bound(500, 1 << 20)), incx=st.integers(1, 3), incy=st.integers(1, 3),
        seed=st.integers(0, 2**31))
 def test_level1(device, dtype, n, incx, incy, seed):
     rng = np.random.default_rng(seed)
@@ -105,7 +105,8 @@ def test_level1(device, dtype, n, incx, incy, seed):
 @GPU
 @given(data=st.data())
 def test_gemv(device, dtype, data):
-    m, n = data.draw(T.matrix_sizes(300), label="m"), data.draw(T.matrix_sizes(300), label="n")
+    side = T.matrix_sizes(bound(300, 4099))
+    m, n = fit((data.draw(side, label="m"), data.draw(side, label="n")), 1 << 23)
     layout = data.draw(st.sampled_from(["C", "T", "padded"]), label="layout")
     trans = data.draw(st.booleans(), label="trans")
     accumulate = data.draw(st.booleans(), label="accumulate")

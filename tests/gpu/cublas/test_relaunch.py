@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
@@ -11,12 +11,12 @@ from cudalibs import testing as T
 from cudalibs.runtime import relaunch
 from cudalibs.runtime.cache import cache as plan_cache
 
+from .._sizes import GEMM_BUDGET, gemm_sizes, gpu_settings
 from .._threads import match_serial
 from ._util import on_device, poisoned
 
 
-GPU = settings(max_examples=20, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU = gpu_settings(20)
 
 DTYPES = [("float32", None), ("float32", "tf32"), ("float16", None), ("bfloat16", None),
           ("float64", None)]
@@ -65,7 +65,9 @@ def lt_backend():
 @GPU
 @given(data=st.data())
 def test_relaunched_gemm_is_the_library_call(device, lt_backend, dtype, compute, data):
-    m, n, k = (data.draw(T.matrix_sizes(160), label=x) for x in "mnk")
+    # seven calls on three operand pairs per example
+    m, n, k = data.draw(gemm_sizes(160, wide_mn=1025, wide_k=2049, budget=GEMM_BUDGET // 4),
+                        label="m, n, k")
     la, lb = (data.draw(st.sampled_from(("C", "T")), label=f"layout {x}") for x in "ab")
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
     hosts = [(T.random_array((m, k), _np(dtype), rng=rng),

@@ -1,14 +1,13 @@
 """Shared pieces of the cuDNN GPU tests: arrays in either layout, poisoned outputs."""
 
 import numpy as np
-from hypothesis import HealthCheck, settings
 
 import cudalibs as cl
 from cudalibs import testing as T
 
-GPU = settings(max_examples=20, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                      HealthCheck.too_slow])
+from .._sizes import gpu_settings
+
+GPU = gpu_settings(20)
 
 FLOATS = ("float32", "float16", "bfloat16")
 

@@ -22,6 +22,7 @@ from cudalibs.testing.ref import _attention as R
 
 from ._helpers import GPU
 from .._oracles import torch_oracle
+from .._sizes import bound, examples
 from .._threads import match_serial
 
 F16 = np.dtype(np.float16)
@@ -29,7 +30,8 @@ BF16 = dtypes.bfloat16
 TOL = 1e-2
 # Every example plans (and runtime-compiles) its own engines: a few random examples, and a
 # failure is reported as found rather than shrunk through dozens more compilations.
-FEW = settings(GPU, max_examples=8, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+FEW = settings(GPU, max_examples=examples(8),
+               phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 def _err(actual, expected, rows=None):
     a = np.asarray(actual, np.float64)
@@ -100,8 +102,8 @@ def _torch_ref(q, k, v, *, causal, bias, scale, do=None):
 PROBLEMS = st.tuples(
     st.sampled_from([1, 2]),                              # b
     st.sampled_from([(4, 4), (4, 2), (4, 1)]),            # h_q, h_kv (MHA, GQA, MQA)
-    st.sampled_from([64, 77, 128]),                       # s_q
-    st.sampled_from([64, 96, 128]),                       # s_kv
+    st.sampled_from([64, 77, 128] + bound([], [509, 640])),      # s_q
+    st.sampled_from([64, 96, 128] + bound([], [500, 640])),      # s_kv
     st.sampled_from([64, 128]),                           # d
     st.sampled_from(["bhsd", "bshd"]),                    # layout
     st.sampled_from([F16, BF16]),                         # dtype

@@ -23,6 +23,7 @@ from cudalibs.cudnn import backend as be
 from cudalibs.cudnn.backend import engines
 from cudalibs.testing import ref
 
+from .._sizes import bound, fit_spatial
 from .._threads import in_threads
 from ._helpers import FLOATS, GPU, is_channels_last, poisoned, rand
 
@@ -49,18 +50,20 @@ def backend(request, monkeypatch, process_options):
 @st.composite
 def conv_problems(draw, nsp=2):
     g = draw(st.integers(1, 2))
-    c, k = g * draw(st.integers(1, 3)), g * draw(st.integers(1, 3))
-    n = draw(st.integers(1, 3))
-    x, w, pad, stride, dil = [n, c], [k, c // g], [], [], []
+    c, k = g * draw(st.integers(1, bound(3, 64))), g * draw(st.integers(1, bound(3, 64)))
+    n = draw(st.integers(1, bound(3, 4)))
+    x, w, pad, stride, dil, low = [n, c], [k, c // g], [], [], [], []
     for _ in range(nsp):
         r, d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
         p, s = draw(st.integers(0, 2)), draw(st.integers(1, 2))
         ext = d * (r - 1) + 1
-        x.append(draw(st.integers(max(1, ext - 2 * p), ext + 6)))
+        low.append(max(1, ext - 2 * p))
+        x.append(draw(st.integers(low[-1], ext + bound(6, 60))))
         w.append(r)
         pad.append(p)
         stride.append(s)
         dil.append(d)
+    x = fit_spatial(x, w, stride, pad, dil, g, low)
     return dict(x=tuple(x), w=tuple(w), padding=tuple(pad), stride=tuple(stride),
                 dilation=tuple(dil), groups=g)
 

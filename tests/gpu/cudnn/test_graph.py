@@ -15,6 +15,7 @@ from cudalibs.cudnn.backend import engines
 from cudalibs.cudnn.conv import lower
 from cudalibs.testing import ref
 
+from .._sizes import bound, examples, fit_spatial
 from ._helpers import GPU, poisoned, rand
 
 
@@ -196,14 +197,16 @@ def test_fused_fp16_nhwc_takes_the_graph_path(device, rng, dtype, act, with_z):
 
 @st.composite
 def fused_problems(draw):
-    c, k = draw(st.sampled_from([3, 8, 16])), draw(st.sampled_from([4, 8, 16]))
-    n, hw = draw(st.integers(1, 3)), draw(st.integers(3, 9))
+    c = draw(st.sampled_from([3, 8, 16] + bound([], [64, 128])))
+    k = draw(st.sampled_from([4, 8, 16] + bound([], [64, 128])))
+    n, hw = draw(st.integers(1, 3)), draw(st.integers(3, bound(9, 48)))
     r = draw(st.sampled_from([1, 3]))
-    return dict(x=(n, c, hw, hw), w=(k, c, r, r), padding=r // 2,
-                stride=draw(st.integers(1, 2)))
+    stride = draw(st.integers(1, 2))
+    x = fit_spatial((n, c, hw, hw), (k, c, r, r), stride, r // 2, 1, low=(3, 3))
+    return dict(x=x, w=(k, c, r, r), padding=r // 2, stride=stride)
 
 
-@settings(GPU, max_examples=8)
+@settings(GPU, max_examples=examples(8))
 @given(p=fused_problems(), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
        cl_=st.booleans(), act=st.sampled_from(["relu", "identity"]), with_z=st.booleans(),
        seed=st.integers(0, 2**31))

@@ -14,6 +14,7 @@ from cudalibs import testing as T
 from cudalibs.testing.ref import _norm as ref
 
 from ._helpers import FLOATS, GPU, np_dtype, poisoned, rand
+from .._sizes import bound, examples
 from .._threads import match_serial
 
 # The module by its full name: once cudalibs.cudnn exports the function layer_norm, the
@@ -24,10 +25,13 @@ LN = importlib.import_module("cudalibs.cudnn.norm.layer")
 # second per plan on an H100), so the examples draw problems from a few shapes -- each
 # compiled once and then found in the plan cache -- and vary the data, the dtype and eps;
 # no shrinking, which would multiply the device time.
-FEW = settings(GPU, max_examples=12, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+FEW = settings(GPU, max_examples=examples(12),
+               phases=(Phase.explicit, Phase.reuse, Phase.generate))
 #: (leading dims, features, eps): a 3-D batch x sequence x hidden problem, a wide one, an odd
-#: number of rows with a hidden size that is no power of two.
-SHAPES = (((4, 50), 768, 1e-5), ((64,), 1024, 1e-3), ((3, 7), 1280, 0.1))
+#: number of rows with a hidden size that is no power of two; under HYPOTHESIS_PROFILE=wide
+#: also hidden sizes of several thousand.
+SHAPES = (((4, 50), 768, 1e-5), ((64,), 1024, 1e-3), ((3, 7), 1280, 0.1)) + bound(
+    (), (((8,), 4096, 1e-5), ((2, 3), 6144, 1e-3)))
 
 
 def _torch():
@@ -234,9 +238,9 @@ def test_rms_norm_against_torch_and_autograd(device, rng, dtype):
 
 def test_torch_tensors_in_and_out(device, rng):
     torch = _torch()
-    tx = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
-    tw = (torch.rand(512, device="cuda") + 0.5).to(torch.bfloat16)
-    tb = torch.randn(512, device="cuda", dtype=torch.bfloat16)
+    tx, tw, tb = (torch.from_numpy(T.random_array(shape, np.float32, rng=rng, low=low,
+                                                  high=high)).to("cuda", torch.bfloat16)
+                  for shape, low, high in (((64, 512), -1, 1), (512, 0.5, 1.5), (512, -1, 1)))
     ty = torch.empty_like(tx)
     y = LN.layer_norm(tx, tw, tb, out=ty)
     torch.cuda.synchronize()

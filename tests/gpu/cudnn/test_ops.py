@@ -11,18 +11,59 @@ from cudalibs import testing as T
 from cudalibs.cudnn import BatchNormState, batch_norm_paths
 from cudalibs.testing import ref
 
+from .._sizes import bound, fit
 from ._helpers import FLOATS, GPU, device_array, is_channels_last, poisoned, rand
+
+
+#: The most elements of one wide example's arrays (its references stay quick on the host).
+ELEMENTS = 1 << 20
 
 
 @st.composite
 def nd_shapes(draw, min_dims=4, max_dims=5, max_side=6):
+    """Shapes of ``min_dims`` to ``max_dims`` sides up to ``max_side``; under
+    HYPOTHESIS_PROFILE=wide the channels (the second side) up to 1100 -- a softmax or
+    normalisation across more than one CUDA block -- the others up to 64, cut to
+    :data:`ELEMENTS` on the other sides first."""
     nd = draw(st.integers(min_dims, max_dims))
-    return tuple(draw(st.integers(1, max_side)) for _ in range(nd))
+    sides = [draw(st.integers(1, bound(max_side, 1100 if i == 1 else 64))) for i in range(nd)]
+    return fit(sides, ELEMENTS, keep=(1,))
 
 
 # -- batch normalization --------------------------------------------------------------------------
 def _pdtype(dtype):
     return np.float64 if dtype == "float64" else np.float32
+
+
+def _batch_norm_dx_scale(xh, dyh, gh, eps, mode):
+    """The magnitude of the terms of batch norm's input gradient, element by element:
+    ``dx = g inv (dy - mean(dy) - x̂ mean(dy x̂))`` with ``x̂ = (x - mean) inv`` evaluated on
+    absolute values, ``|x̂|`` taken as ``(|x| + |mean|) inv``.  Rounding errs relative to
+    these, not to ``dx``: where an activation's few values lie close together (per-activation
+    mode over a batch of 4), ``x - mean`` cancels and ``x̂`` carries ``u (|x| + |mean|) inv``.
+    """
+    x, dy = xh.astype(np.float64), dyh.astype(np.float64)
+    axes = (0,) if mode == "per_activation" else (0,) + tuple(range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    g = np.abs(gh.astype(np.float64)).reshape(mean.shape)
+    xhat = (np.abs(x) + np.abs(mean)) * inv
+    terms = (np.abs(dy) + np.abs(dy).mean(axis=axes, keepdims=True)
+             + xhat * (np.abs(dy) * xhat).mean(axis=axes, keepdims=True))
+    return g * inv * terms
+
+
+def _assert_batch_norm_dx(dx, wdx, dtype, scale):
+    """``dx`` within the type's tolerance norm-wise, and each element within 10 tolerances of
+    ``|expected| + max(RMS of expected, its terms' magnitude)`` (the usual floor, raised where
+    the activation is ill-conditioned; the terms' norm would loosen the norm-wise bound for
+    all elements because of a few)."""
+    got = np.asarray(dx.get(), np.float64)
+    tol = T.TOLERANCES[dtype]
+    err = np.linalg.norm(got - wdx) / np.linalg.norm(wdx)
+    assert err <= tol, f"dx: relative error {err:.3e} > tolerance {tol:.1e}"
+    rms = np.sqrt(np.mean(wdx ** 2))
+    T.assert_within(got, wdx, 10 * tol * (np.abs(wdx) + np.maximum(rms, scale)), msg="dx")
 
 
 @GPU
@@ -53,13 +94,14 @@ def test_batch_norm_train_and_backward(device, shape, dtype, cl_, mode, seed):
     dx, dg, db = cudnn.batch_norm_backward(x, dy, g, mean, inv, eps=1e-4, mode=mode,
                                            out=poisoned(shape, xh.dtype, cl_))
     wdx, wdg, wdb = ref.batch_norm_backward(xh, dyh, gh, 1e-4, mode)
-    T.assert_close(dx, wdx, dtype)
+    dx_scale = _batch_norm_dx_scale(xh, dyh, gh, 1e-4, mode)
+    _assert_batch_norm_dx(dx, wdx, dtype, dx_scale)
     T.assert_close(dg, wdg, dtype)
     T.assert_close(db, wdb, dtype)
     # the same through the state (statistics, reserve space, eps and mode travel with it)
     dx, dg, db = cudnn.batch_norm_backward(x, dy, g, state, out=poisoned(shape, xh.dtype, cl_))
     note(f"paths after the backward with the state: {batch_norm_paths(x, mode)}")
-    T.assert_close(dx, wdx, dtype)
+    _assert_batch_norm_dx(dx, wdx, dtype, dx_scale)
     T.assert_close(dg, wdg, dtype)
     T.assert_close(db, wdb, dtype)
 
@@ -203,11 +245,20 @@ def test_batch_norm_fused_relu(device, shape, add, seed):
     # within rounding of zero would otherwise make the mask ambiguous)
     gpre = ref.relu_backward(dyh, state.y.get())
     wdx, wdg, wdb = ref.batch_norm_backward(xh, gpre, gh, 1e-3)
-    T.assert_close(got[0], wdx, "float16")
+    # The backward may recompute its mask from its own float32 pre-activation, which can take
+    # the other side of zero than the rounded output did: an element whose pre-activation lies
+    # within a few roundings of zero (of its summands) may have either gradient, and only the
+    # others are compared element by element (a flip moves the channel's sums by 1/count).
+    bb = bh.astype(np.float64).reshape((1, -1) + (1,) * (pre.ndim - 2))
+    summands = np.abs(pre - bb) + np.abs(bb)
+    if add:
+        summands = summands + np.abs(zh.astype(np.float64))
+    sure = np.abs(pre) > 16 * T.unit_roundoff(np.float16) * summands
+    T.assert_close(np.asarray(got[0].get(), np.float64)[sure], wdx[sure], "float16")
     T.assert_close(got[1], wdg, "float16")
     T.assert_close(got[2], wdb, "float16")
     if add:
-        T.assert_close(got[3], gpre, "float16")
+        T.assert_close(np.asarray(got[3].get(), np.float64)[sure], gpre[sure], "float16")
 
 
 # -- pooling ---------------------------------------------------------------------------------------
@@ -217,9 +268,10 @@ def pool_problems(draw):
     win = tuple(draw(st.integers(1, 3)) for _ in range(nsp))
     pad = tuple(draw(st.integers(0, w - 1)) for w in win)
     stride = tuple(draw(st.integers(1, 3)) for _ in range(nsp))
-    x = (draw(st.integers(1, 2)), draw(st.integers(1, 4))) + tuple(
-        draw(st.integers(max(1, w - 2 * p), 8)) for w, p in zip(win, pad))
-    return x, win, pad, stride
+    x = (draw(st.integers(1, 2)), draw(st.integers(1, bound(4, 256)))) + tuple(
+        draw(st.integers(max(1, w - 2 * p), bound(8, 64))) for w, p in zip(win, pad))
+    # cut the channels, then the batch, so every spatial side keeps its window
+    return fit(x, ELEMENTS, keep=tuple(range(2, len(x)))), win, pad, stride
 
 
 @GPU
@@ -372,8 +424,8 @@ def test_torch_channels_last_tensor(device, rng):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no GPU")
-    tx = torch.randn(2, 8, 6, 6, device="cuda").contiguous(memory_format=torch.channels_last)
-    tw = torch.randn(4, 8, 3, 3, device="cuda").contiguous(memory_format=torch.channels_last)
+    tx, tw = (torch.from_numpy(T.random_array(shape, np.float32, rng=rng)).cuda().contiguous(
+        memory_format=torch.channels_last) for shape in ((2, 8, 6, 6), (4, 8, 3, 3)))
     torch.cuda.synchronize()
     y = cudnn.conv_forward(tx, tw, padding=1)
     assert is_channels_last(y)

@@ -19,6 +19,7 @@ from cudalibs.testing import ref
 
 from ._helpers import FLOATS, GPU, poisoned, rand
 from .._oracles import torch_oracle
+from .._sizes import bound, fit
 
 
 @pytest.fixture()
@@ -199,8 +200,9 @@ def _torch_batch_norm(xh, dyh, gh, bh, rmh, rvh, momentum, eps):
 
 
 @GPU
-@given(shape=st.tuples(st.integers(4, 6), st.integers(1, 6), st.integers(1, 5),
-                       st.integers(1, 5)),
+@given(shape=st.tuples(st.integers(4, bound(6, 16)), st.integers(1, bound(6, 512)),
+                       st.integers(1, bound(5, 32)), st.integers(1, bound(5, 32))
+                       ).map(lambda s: fit(s, 1 << 20, keep=(0, 1))),
        dtype=st.sampled_from(FLOATS + ("float64",)), cl_=st.booleans(),
        mode=st.sampled_from(["spatial", "per_activation"]), seed=st.integers(0, 2**31))
 def test_batch_norm_plan_against_numpy_and_torch(device, shape, dtype, cl_, mode, seed):

@@ -2,15 +2,16 @@
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import testing as T
 
+from .._sizes import gpu_settings
+
 ALL_DTYPES = sorted(r.name for r in cl.dtypes.TABLE.values())
-GPU = settings(max_examples=40, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU = gpu_settings(40)
 
 
 def _bits(a):

@@ -5,16 +5,16 @@ import gc
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import testing as T
 
+from .._sizes import gpu_settings
 from ._sources import MISC, SAXPY
 
-GPU = settings(max_examples=15, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU = gpu_settings(15)
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +142,10 @@ def test_capture_needs_a_real_stream():
         cl.graph.capture(cl.Stream(), mode="sometimes")
 
 
-@pytest.mark.parametrize("mode", ["global", "thread_local", "relaxed"])
-def test_capture_modes(misc, mode):
+@pytest.mark.parametrize("mode", sorted(cl.graph.CAPTURE_MODES))
+def test_capture_modes(misc, rng, mode):
     s = cl.Stream()
-    x = T.random_array(64, np.float32)
+    x = T.random_array(64, np.float32, rng=rng)
     d = cl.to_device(x, stream=s)
     with cl.graph.capture(s, mode=mode) as g:
         misc["add_scalar"].launch(1, 64, d, 3.0, 64, stream=s)
@@ -153,9 +153,9 @@ def test_capture_modes(misc, mode):
     T.assert_close(d.get(stream=s), x + 3.0, np.float32)
 
 
-def test_error_inside_capture_discards_it(misc):
+def test_error_inside_capture_discards_it(misc, rng):
     s = cl.Stream()
-    x = T.random_array(64, np.float32)
+    x = T.random_array(64, np.float32, rng=rng)
     d = cl.to_device(x, stream=s)
     with pytest.raises(TypeError, match="takes 3 arguments"):
         with cl.graph.capture(s) as g:
@@ -168,9 +168,9 @@ def test_error_inside_capture_discards_it(misc):
     T.assert_close(d.get(stream=s), x + 1.0, np.float32)
 
 
-def test_synchronising_inside_capture_fails_cleanly(misc):
+def test_synchronising_inside_capture_fails_cleanly(misc, rng):
     s = cl.Stream()
-    x = T.random_array(64, np.float32)
+    x = T.random_array(64, np.float32, rng=rng)
     d = cl.to_device(x, stream=s)
     s.sync()
     # Refused by name before the driver sees it; the capture is discarded.
@@ -193,10 +193,10 @@ def test_synchronising_inside_capture_fails_cleanly(misc):
     T.assert_close(d.get(stream=s), x + 1.0, np.float32)
 
 
-def test_graph_keeps_module_alive(device):
+def test_graph_keeps_module_alive(device, rng):
     m = cl.compile(MISC, cache=False)
     s = cl.Stream()
-    x = T.random_array(64, np.float32)
+    x = T.random_array(64, np.float32, rng=rng)
     d = cl.to_device(x, stream=s)
     with cl.graph.capture(s) as g:
         m["add_scalar"].launch(1, 64, d, 1.0, 64, stream=s)
@@ -216,9 +216,9 @@ def test_graph_keeps_module_alive(device):
     assert gc.garbage == []
 
 
-def test_graph_objects(misc, tmp_path):
+def test_graph_objects(misc, rng, tmp_path):
     s = cl.Stream()
-    d = cl.to_device(T.random_array(8, np.float32), stream=s)
+    d = cl.to_device(T.random_array(8, np.float32, rng=rng), stream=s)
     with cl.graph.capture(s) as g:
         misc["add_scalar"].launch(1, 8, d, 1.0, 8, stream=s)
     assert g.handle and g.device is cl.Device(0)

@@ -3,17 +3,17 @@ launches, argument and geometry checks, streams, clusters and cooperative launch
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import testing as T
 from cudalibs.driver.module import Module
 
+from .._sizes import gpu_settings
 from ._sources import CLUSTER, HALF, MISC, SAXPY, STORE_ALL_KINDS, STORE_ALL_PTX
 
-GPU = settings(max_examples=25, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU = gpu_settings(25)
 
 
 @pytest.fixture(scope="module")
@@ -193,12 +193,11 @@ def test_buffers_raw_pointers_and_cai(saxpy):
     T.assert_close(dy.get(), 2.0 * x.astype(np.float64) + y, np.float32)
 
 
-def test_torch_tensors_as_arguments(saxpy):
+def test_torch_tensors_as_arguments(saxpy, rng):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no GPU")
-    x = torch.rand(100, device="cuda") + 0.5
-    y = torch.rand(100, device="cuda") + 0.5
+    x, y = (torch.from_numpy(T.random_array(100, np.float32, rng=rng)).cuda() for _ in range(2))
     expected = (3.0 * x + y).cpu().numpy()
     saxpy.launch(1, 128, 3.0, x, y, 100)
     torch.cuda.synchronize()
@@ -206,8 +205,8 @@ def test_torch_tensors_as_arguments(saxpy):
 
 
 # -- bad input -----------------------------------------------------------------------------------
-def test_bad_arguments(saxpy):
-    dx = cl.to_device(T.random_array(8, np.float32))
+def test_bad_arguments(saxpy, rng):
+    dx = cl.to_device(T.random_array(8, np.float32, rng=rng))
     with pytest.raises(TypeError, match="kernel saxpy takes 4 arguments"):
         saxpy.launch(1, 8, 1.0, dx, dx)
     with pytest.raises(TypeError, match=r"saxpy argument 0 .*takes a float, not str"):
@@ -225,9 +224,9 @@ def test_bad_arguments(saxpy):
         launcher(1.0)
 
 
-def test_closed_array(saxpy):
-    dx = cl.to_device(T.random_array(8, np.float32))
-    dy = cl.to_device(T.random_array(8, np.float32))
+def test_closed_array(saxpy, rng):
+    dx = cl.to_device(T.random_array(8, np.float32, rng=rng))
+    dy = cl.to_device(T.random_array(8, np.float32, rng=rng))
     dy.close()
     with pytest.raises(cl.ClosedError, match="argument 2"):
         saxpy.launch(1, 8, 1.0, dx, dy, 8)
@@ -248,8 +247,8 @@ def test_array_on_another_device(two_devices):
         k.launch(1, 8, 1.0, a0, a0, 8, stream=s1)
 
 
-def test_geometry_limits(saxpy, device):
-    dx = cl.to_device(T.random_array(8, np.float32))
+def test_geometry_limits(saxpy, device, rng):
+    dx = cl.to_device(T.random_array(8, np.float32, rng=rng))
     args = (1.0, dx, dx, 8)
     with pytest.raises(ValueError, match="block of 2048 threads"):
         saxpy.launch(1, (64, 32), *args)

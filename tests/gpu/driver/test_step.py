@@ -3,17 +3,17 @@ runs it, and what cannot be captured is refused by name."""
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
 from cudalibs import cublas, cudnn, kernels as K
 from cudalibs import testing as T
 
+from .._sizes import gpu_settings
 from .._threads import in_threads
 
-GPU = settings(max_examples=6, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+GPU = gpu_settings(6)
 
 
 def _mlp(seed, n_in, n_hid, n_out):
@@ -135,9 +135,9 @@ def test_cudnn_step_replays(device):
     ("copying a host array", lambda s, a: a.copy_(np.ones(a.shape, a.dtype), s)),
     ("GemmPlan.autotune", lambda s, a: cublas.GemmPlan(a, a).autotune(stream=s, store=False)),
 ])
-def test_what_cannot_be_captured_is_refused_by_name(device, what, call):
+def test_what_cannot_be_captured_is_refused_by_name(device, rng, what, call):
     s = cl.Stream()
-    a = cl.to_device(T.random_array((16, 16), np.float32), stream=s)
+    a = cl.to_device(T.random_array((16, 16), np.float32, rng=rng), stream=s)
     s.synchronize()
     with pytest.raises(cl.CaptureError, match=what.split(" (")[0].replace(".", r"\.")):
         with cl.graph.capture(s):
@@ -148,16 +148,16 @@ def test_what_cannot_be_captured_is_refused_by_name(device, what, call):
                    np.float32)
 
 
-def test_step_graph_checks_its_inputs(device):
+def test_step_graph_checks_its_inputs(device, rng):
     s = cl.Stream()
-    x = cl.to_device(T.random_array((4, 4), np.float32), stream=s)
+    x = cl.to_device(T.random_array((4, 4), np.float32, rng=rng), stream=s)
     step = cl.StepGraph(lambda a: K.scale(a, 2.0), x, stream=s)
     with pytest.raises(TypeError, match="takes 1 inputs"):
         step(x, x)
     with pytest.raises(ValueError, match=r"input 0 is \(4, 5\)"):
-        step(cl.to_device(T.random_array((4, 5), np.float32)))
+        step(cl.to_device(T.random_array((4, 5), np.float32, rng=rng)))
     with pytest.raises(ValueError, match="float64"):
-        step(T.random_array((4, 4), np.float64))
+        step(T.random_array((4, 4), np.float64, rng=rng))
     with pytest.raises(ValueError, match="warmup"):
         cl.StepGraph(lambda a: a, x, stream=s, warmup=0)
     with pytest.raises(ValueError, match="default stream"):
@@ -167,13 +167,13 @@ def test_step_graph_checks_its_inputs(device):
     np.testing.assert_array_equal(step(x).get(stream=s), 2 * x.get(stream=s))
 
 
-def test_other_threads_are_not_refused_while_one_captures(device):
+def test_other_threads_are_not_refused_while_one_captures(device, rng):
     s = cl.Stream()
-    a = cl.to_device(T.random_array((8, 8), np.float32), stream=s)
+    a = cl.to_device(T.random_array((8, 8), np.float32, rng=rng), stream=s)
     s.synchronize()
 
     def other(t, s2):
-        b = cl.to_device(T.random_array((8, 8), np.float32), stream=s2)
+        b = cl.to_device(T.random_array((8, 8), np.float32, rng=rng), stream=s2)
         s2.synchronize()           # would be refused in the capturing thread
         return b.get(stream=s2).shape
 
@@ -183,11 +183,11 @@ def test_other_threads_are_not_refused_while_one_captures(device):
     assert seen == [(8, 8)]
 
 
-def test_memory_from_before_the_capture_is_not_freed_inside_it(device):
+def test_memory_from_before_the_capture_is_not_freed_inside_it(device, rng):
     """Garbage of eager work collected during a capture waits for its end: a free node for
     memory the graph never allocated would free it again at every replay."""
     s = cl.Stream()
-    x = cl.to_device(T.random_array((256,), np.float32), stream=s)
+    x = cl.to_device(T.random_array((256,), np.float32, rng=rng), stream=s)
     y = cl.empty((256,), np.float32, stream=s)
     old = cl.empty((1 << 20,), np.float32, stream=s)     # pool memory from before the capture
     s.synchronize()

@@ -10,7 +10,7 @@ a handful of elements, are checked bit for bit on integer inputs.
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cudalibs as cl
@@ -20,8 +20,9 @@ from cudalibs import testing as T
 from cudalibs.runtime import ptxlib
 from cudalibs.testing import ref
 
-GPU = settings(max_examples=20, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+from .._sizes import bound, fit, gemm_sizes, gpu_settings
+
+GPU = gpu_settings(20)
 
 F32, F64, F16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
 BF16 = cl.dtypes.bfloat16
@@ -31,7 +32,9 @@ IDS = lambda d: np.dtype(d).name  # noqa: E731
 
 # Element counts around the block size (256) and the grid cap, plus empty.
 counts = st.one_of(st.sampled_from([0, 1, 31, 255, 256, 257, 4099, 65537]),
-                   st.integers(0, 3000))
+                   st.integers(0, bound(3000, 1 << 22)))
+#: The most elements of one wide example's arrays: references on the host stay quick.
+ELEMENTS = 1 << 22
 
 
 def poisoned(shape, dtype, stream=None, device=None):
@@ -117,7 +120,8 @@ def test_fill_is_exact(device, dtype, n, value):
 
 @pytest.mark.parametrize("dtype", ALL, ids=IDS)
 @GPU
-@given(shape=T.shapes(min_dims=1, max_dims=3, min_side=0, max_side=40), seed=st.integers(0, 2**31))
+@given(shape=T.shapes(min_dims=1, max_dims=3, min_side=0, max_side=bound(40, 160)),
+       seed=st.integers(0, 2**31))
 def test_relu_backward(device, dtype, shape, seed):
     rng = np.random.default_rng(seed)
     g, act = rand(shape, dtype, rng), rand(shape, dtype, rng)
@@ -130,11 +134,12 @@ def test_relu_backward(device, dtype, shape, seed):
 @pytest.mark.parametrize("act", ["relu", "gelu"])
 @pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
 @GPU
-@given(rows=st.integers(0, 70), features=T.matrix_sizes(300), seed=st.integers(0, 2**31),
-       lead=st.sampled_from([(), (2,)]))
+@given(rows=st.integers(0, bound(70, 1000)), features=T.matrix_sizes(bound(300, 4099)),
+       seed=st.integers(0, 2**31), lead=st.sampled_from([(), (2,)]))
 def test_bias_act(device, dtype, act, rows, features, seed, lead):
     rng = np.random.default_rng(seed)
-    shape = (*lead, rows, features)
+    shape = fit((*lead, rows, features), ELEMENTS, keep=(len(lead) + 1,))
+    features = shape[-1]
     x, b = rand(shape, dtype, rng, low=-3, high=3), rand(features, dtype, rng)
     out = poisoned(shape, dtype)
     fn = K.bias_relu if act == "relu" else K.bias_gelu
@@ -145,9 +150,10 @@ def test_bias_act(device, dtype, act, rows, features, seed, lead):
 
 @pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
 @GPU
-@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 20),
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, bound(20, 256)),
                        # planes of 256+ elements take the per-plane path of the kernel
-                       st.sampled_from([1, 3, 9, 17, 24]), st.sampled_from([1, 5, 9, 16, 24])),
+                       st.sampled_from([1, 3, 9, 17, 24] + bound([], [33, 64])),
+                       st.sampled_from([1, 5, 9, 16, 24] + bound([], [57, 64]))),
        channels_last=st.booleans(), act=st.sampled_from(["relu", "identity"]),
        with_z=st.booleans(), alpha2=st.sampled_from([1.0, 0.5, -2.0]),
        seed=st.integers(0, 2**31))
@@ -191,8 +197,9 @@ def test_channel_bias_act_bad_input(device):
 
 @pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
 @GPU
-@given(shape=st.tuples(st.integers(1, 4), st.integers(1, 40), st.integers(1, 13),
-                       st.integers(1, 13)),
+@given(shape=st.tuples(st.integers(1, 4), st.integers(1, bound(40, 512)),
+                       st.integers(1, bound(13, 64)), st.integers(1, bound(13, 64))
+                       ).map(lambda s: fit(s, ELEMENTS, keep=(1,))),
        eps=st.sampled_from([1e-5, 1e-3, 0.1]), seed=st.integers(0, 2**31))
 def test_batch_norm_relu_infer(device, dtype, shape, eps, seed):
     rng = np.random.default_rng(seed)
@@ -209,17 +216,17 @@ def test_batch_norm_relu_infer(device, dtype, shape, eps, seed):
 
 # -- softmax -----------------------------------------------------------------------------------
 cols_strategy = st.one_of(st.sampled_from([1, 2, 31, 32, 33, 127, 129, 511, 513, 1025, 4097]),
-                          T.matrix_sizes(3000))
+                          T.matrix_sizes(bound(3000, 16385)))
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", HALF_FLOAT, ids=IDS)
 @GPU
-@given(rows=st.integers(1, 20), cols=cols_strategy, seed=st.integers(0, 2**31),
+@given(rows=st.integers(1, bound(20, 300)), cols=cols_strategy, seed=st.integers(0, 2**31),
        spread=st.sampled_from([1.0, 10.0, 80.0]), lead=st.sampled_from([(), (3,)]))
 def test_softmax(device, dtype, log, rows, cols, seed, spread, lead):
     rng = np.random.default_rng(seed)
-    shape = (*lead, rows, cols)
+    shape = fit((*lead, rows, cols), ELEMENTS, keep=(len(lead) + 1,))
     # Large spreads check the max subtraction: exp(80) overflows float16 and nearly float32.
     x = rand(shape, dtype, rng, low=-spread, high=spread)
     out = poisoned(shape, dtype)
@@ -240,9 +247,9 @@ def test_softmax_in_place_and_empty(device):
 # -- matrix products ---------------------------------------------------------------------------
 @pytest.mark.parametrize("fn", [K.matmul_naive, K.matmul_tiled], ids=["naive", "tiled"])
 @GPU
-@given(m=T.matrix_sizes(130), n=T.matrix_sizes(130), k=T.matrix_sizes(130),
-       seed=st.integers(0, 2**31))
-def test_matmul(device, fn, m, n, k, seed):
+@given(mnk=gemm_sizes(130, wide_mn=700, wide_k=1025), seed=st.integers(0, 2**31))
+def test_matmul(device, fn, mnk, seed):
+    m, n, k = mnk
     rng = np.random.default_rng(seed)
     a, b = rand((m, k), F32, rng), rand((k, n), F32, rng)
     out = poisoned((m, n), F32)
@@ -261,10 +268,10 @@ def test_matmul_empty_and_k_zero(device, fn):
 
 
 @GPU
-@given(batch=st.integers(1, 5), m=T.matrix_sizes(70), n=T.matrix_sizes(70),
-       k=T.matrix_sizes(70), mode=st.sampled_from(["both", "a2d", "b2d"]),
-       seed=st.integers(0, 2**31))
-def test_bmm(device, batch, m, n, k, mode, seed):
+@given(batch=st.integers(1, 5), mnk=gemm_sizes(70, wide_mn=300, wide_k=513),
+       mode=st.sampled_from(["both", "a2d", "b2d"]), seed=st.integers(0, 2**31))
+def test_bmm(device, batch, mnk, mode, seed):
+    m, n, k = mnk
     rng = np.random.default_rng(seed)
     a = rand((m, k) if mode == "a2d" else (batch, m, k), F32, rng)
     b = rand((k, n) if mode == "b2d" else (batch, k, n), F32, rng)
@@ -275,9 +282,10 @@ def test_bmm(device, batch, m, n, k, mode, seed):
 
 @pytest.mark.parametrize("out_dtype", [F32, F16], ids=IDS)
 @GPU
-@given(m=T.matrix_sizes(200), n=T.matrix_sizes(200), k=T.matrix_sizes(200),
-       seed=st.integers(0, 2**31), aligned=st.booleans())
-def test_wmma_gemm(device, out_dtype, m, n, k, seed, aligned):
+@given(mnk=gemm_sizes(200, wide_mn=1025, wide_k=2049), seed=st.integers(0, 2**31),
+       aligned=st.booleans())
+def test_wmma_gemm(device, out_dtype, mnk, seed, aligned):
+    m, n, k = mnk
     rng = np.random.default_rng(seed)
     a, b = rand((m, k), F16, rng), rand((k, n), F16, rng)
     if aligned:
@@ -349,9 +357,10 @@ LAYOUT_DTYPES = [F16, BF16, F32, F64, np.dtype(np.int16), np.dtype(np.int32),
 
 @pytest.mark.parametrize("dtype", LAYOUT_DTYPES, ids=IDS)
 @GPU
-@given(r=st.one_of(st.just(0), T.matrix_sizes(200)), c=st.one_of(st.just(0), T.matrix_sizes(200)),
-       seed=st.integers(0, 2**31))
+@given(r=st.one_of(st.just(0), T.matrix_sizes(bound(200, 4099))),
+       c=st.one_of(st.just(0), T.matrix_sizes(bound(200, 4099))), seed=st.integers(0, 2**31))
 def test_transpose(device, dtype, r, c, seed):
+    r, c = fit((r, c), ELEMENTS)
     x = rand((r, c), dtype, np.random.default_rng(seed))
     out = poisoned((c, r), dtype)
     assert K.transpose(cl.to_device(x), out=out) is out
@@ -360,8 +369,9 @@ def test_transpose(device, dtype, r, c, seed):
 
 @pytest.mark.parametrize("dtype", [F32, F16, BF16, F64], ids=IDS)
 @GPU
-@given(shape=st.tuples(st.integers(0, 3), st.integers(1, 40), st.integers(1, 12),
-                       st.integers(1, 12)), seed=st.integers(0, 2**31))
+@given(shape=st.tuples(st.integers(0, 3), st.integers(1, bound(40, 256)),
+                       st.integers(1, bound(12, 64)), st.integers(1, bound(12, 64))),
+       seed=st.integers(0, 2**31))
 def test_nchw_nhwc_round_trip(device, dtype, shape, seed):
     x = rand(shape, dtype, np.random.default_rng(seed))
     n, c, h, w = shape
@@ -400,17 +410,16 @@ def test_in_place_elementwise(device):
     np.testing.assert_array_equal(d.get(), np.zeros(1000, np.float32))
 
 
-def test_foreign_arrays(device):
+def test_foreign_arrays(device, rng):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no GPU")
-    a = torch.randn(37, 19, device="cuda")
-    b = torch.randn(19, 23, device="cuda")
+    a, b, h = (torch.from_numpy(rand(shape, dt, rng)).cuda()
+               for shape, dt in (((37, 19), F32), ((19, 23), F32), ((8, 100), F16)))
     out = K.matmul_tiled(a, b, out=poisoned((37, 23), F32))
     torch.cuda.synchronize()
     expected = (a.double() @ b.double()).cpu().numpy()
     T.assert_close(out, expected, F32)
-    h = torch.randn(8, 100, device="cuda", dtype=torch.float16)
     got = K.softmax(h, out=poisoned((8, 100), F16))
     ref_ = torch.softmax(h.double(), dim=-1).cpu().numpy()
     T.assert_close(got, ref_, F16)

@@ -89,20 +89,20 @@ def test_other_collectives_one_rank(comm1, device, dtype, shape, seed):
     np.testing.assert_array_equal(got.get().astype(np.float64), wide)
 
 
-def test_float8_one_rank(comm1, device):
-    if nccl.version_tuple() < (2, 24, 0) or device.compute_capability < (9, 0):
+def test_float8_one_rank(comm1, device, rng):
+    if nccl.version() < (2, 24, 0) or device.compute_capability < (9, 0):
         with pytest.raises(TypeError):
             comm1.all_reduce(cl.to_device(np.ones(4, cl.dtypes.float8_e4m3fn)))
         return
     for dt in (cl.dtypes.float8_e4m3fn, cl.dtypes.float8_e5m2):
-        x = T.random_array((37,), dt)
+        x = T.random_array((37,), dt, rng=rng)
         out = comm1.all_reduce(cl.to_device(x, device=device), op="sum")
         np.testing.assert_array_equal(out.get().astype(np.float32), x.astype(np.float32))
 
 
-def test_on_a_stream_and_in_a_group(comm1, device):
+def test_on_a_stream_and_in_a_group(comm1, device, rng):
     s = cl.Stream(device)
-    x = T.random_array((1000,), np.float32)
+    x = T.random_array((1000,), np.float32, rng=rng)
     dx = cl.to_device(x, device=device)
     outs = []
     with nccl.group():  # several collectives of one communicator, one launch
@@ -136,8 +136,8 @@ def test_cupy_arrays(comm1, device):
     assert (cupy.asnumpy(c) == np.arange(10) + 1).all()
 
 
-def test_bad_input(comm1, device):
-    x = cl.to_device(T.random_array((8, 4), np.float32), device=device)
+def test_bad_input(comm1, device, rng):
+    x = cl.to_device(T.random_array((8, 4), np.float32, rng=rng), device=device)
     with pytest.raises(ValueError, match="C-contiguous"):
         comm1.all_reduce(x[:, ::2])
     with pytest.raises(TypeError, match="dtype"):
@@ -193,10 +193,10 @@ def test_unclosed_communicator_only_warns(device):
     assert gc.garbage == []
 
 
-def test_nonblocking_one_rank(device):
+def test_nonblocking_one_rank(device, rng):
     c = nccl.Communicator(1, 0, nccl.UniqueId(), device, blocking=False, timeout=60)
     assert not c.blocking and c.size == 1
-    x = T.random_array((513,), np.float32)
+    x = T.random_array((513,), np.float32, rng=rng)
     out = c.all_reduce(cl.to_device(x, device=device), op="max")
     c.sync()
     np.testing.assert_array_equal(out.get(), x)
