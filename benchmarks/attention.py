@@ -3,7 +3,7 @@ flash backends.
 
 Run from a checkout::
 
-    PYTHONPATH=. python3 benchmarks/attention.py [--rows 0,4] [--quick]
+    PYTHONPATH=. python3 benchmarks/attention.py [--rows 0,4] [--quick] [--fp8]
 
 What is measured
 ----------------
@@ -25,6 +25,14 @@ TFLOP/s: forward ``4 b h_q s_q s_kv d`` (halved when causal), backward 2.5 times
 library on its own stream with its own CUDA events, warm-up calls first, then the median of
 loops of calls, the contenders' loops interleaved (benchmarks/_common.py).  Ratios are ours
 over torch's fastest backend: above 1 means cudalibs is faster.  Nothing here asserts a time.
+
+``--fp8`` measures instead, on the ``d = 128`` training rows, cudalibs' fp8 attention
+(:class:`~cudalibs.cudnn.attention.SdpaFp8Plan` with ``training=True`` and
+:class:`~cudalibs.cudnn.attention.SdpaFp8BackwardPlan`, float8_e4m3fn, every scale a device
+scalar, autotuned) beside our own bfloat16 plans of the same problem and torch's fastest
+bfloat16 backend: torch has no fp8 attention (``F.scaled_dot_product_attention`` refuses
+float8 tensors), so its bf16 is the peer a user would otherwise run.  The same FLOP counts, so
+the ratios are of speed.
 """
 
 from __future__ import annotations
@@ -160,6 +168,94 @@ def row(torch, s, ts, label, b, h_q, h_kv, sq, d, causal):
             f"{plan_s:.1f}"]
 
 
+def _fp8_inputs(rng, shapes):
+    """fp8 (e4m3) tensors of normal values, each with its descale (a power of two)."""
+    e4 = dtypes.float8_e4m3fn
+    out = []
+    for shape in shapes:
+        x = rng.standard_normal(shape, np.float32) * 0.5
+        sc = 2.0 ** np.floor(np.log2(448.0 / float(np.abs(x).max()) / 2))
+        out.append((cl.to_device(np.clip(x * sc, -448, 448).astype(e4)), 1.0 / sc))
+    return out
+
+
+def fp8_row(torch, s, ts, label, b, h_q, h_kv, sq, d, causal):
+    """One row of the ``--fp8`` table: our fp8 and bf16 plans, torch's bf16 backends."""
+    bf16, e4 = dtypes.bfloat16, dtypes.float8_e4m3fn
+    rng = np.random.default_rng(0)
+    (q8, dq_), (k8, dk_), (v8, dv_), (do8, ddo) = _fp8_inputs(
+        rng, ((b, h_q, sq, d), (b, h_kv, sq, d), (b, h_kv, sq, d), (b, h_q, sq, d)))
+    sc = {n: cl.to_device(np.array([x], np.float32)) for n, x in (
+        ("descale_q", dq_), ("descale_k", dk_), ("descale_v", dv_), ("descale_s", 1 / 64),
+        ("scale_s", 64.0), ("scale_o", 64.0), ("descale_o", 1 / 64), ("descale_do", ddo),
+        ("descale_dp", 1 / 64), ("scale_dp", 64.0), ("scale_dq", 8.0), ("scale_dk", 8.0),
+        ("scale_dv", 8.0))}
+    fwd_sc = {n: sc[n] for n in ("descale_q", "descale_k", "descale_v", "descale_s",
+                                 "scale_s", "scale_o")}
+    bwd_sc = {n: x for n, x in sc.items() if n != "scale_o"}
+    o8, st = cl.empty((b, h_q, sq, d), e4), cl.empty((b, h_q, sq, 1), np.float32)
+    grads8 = tuple(cl.empty(x.shape, e4) for x in (q8, k8, v8))
+    amax = {n: cl.empty((1,), np.float32) for n in ("amax_s", "amax_o", "amax_dq", "amax_dk",
+                                                    "amax_dv", "amax_dp")}
+    # bfloat16 twins of the same values, for our bf16 plans and torch
+    q, k, v, do = (cl.to_device((x.get().astype(np.float32) * ds).astype(bf16))
+                   for x, ds in ((q8, dq_), (k8, dk_), (v8, dv_), (do8, ddo)))
+    o, stb = cl.empty(q.shape, bf16), cl.empty(st.shape, np.float32)
+    grads = tuple(cl.empty(x.shape, bf16) for x in (q, k, v))
+    t0 = time.perf_counter()
+    f8 = attn.SdpaFp8Plan(q8, k8, v8, causal=causal, training=True)
+    f8.autotune(stream=s)
+    f8.execute(q8, k8, v8, out=o8, stats=st, **fwd_sc, stream=s)
+    b8 = attn.SdpaFp8BackwardPlan(q8, k8, v8, o8, do8, causal=causal)
+    b8.autotune(stream=s)
+    fb = attn.SdpaPlan(q, k, v, causal=causal, training=True)
+    fb.autotune(stream=s)
+    fb.execute(q, k, v, out=o, stats=stb, stream=s)
+    bb = attn.SdpaBackwardPlan(q, k, v, o, do, causal=causal)
+    bb.autotune(stream=s)
+    plan_s = time.perf_counter() - t0
+    clock = common.cudalibs_clock(s)
+    fwd_cases = [(lambda: f8.execute(q8, k8, v8, out=o8, stats=st, amax_s=amax["amax_s"],
+                                     amax_o=amax["amax_o"], **fwd_sc, stream=s), clock),
+                 (lambda: fb.execute(q, k, v, out=o, stats=stb, stream=s), clock)]
+    bwd_cases = [(lambda: b8.execute(q8, k8, v8, o8, do8, st, out=grads8,
+                                     **{n: amax[n] for n in ("amax_dq", "amax_dk", "amax_dv",
+                                                             "amax_dp")},
+                                     **bwd_sc, stream=s), clock),
+                 (lambda: bb.execute(q, k, v, o, do, stb, out=grads, stream=s), clock)]
+    names = []
+    if torch is not None:
+        tclock = common.torch_clock(torch, ts)
+        s.sync()
+        for name, fns in _torch_cases(torch, ts, q, k, v, do, causal, h_q != h_kv).items():
+            if not isinstance(fns, str):
+                names.append(name)
+                fwd_cases.append((fns[0], tclock))
+                bwd_cases.append((fns[1], tclock))
+        torch.cuda.set_stream(ts)
+    flops = 4.0 * b * h_q * sq * sq * d / (2 if causal else 1)
+    try:
+        fwd, bwd = ([_tflops(f, common.median_spread(t)[0]) for t in common.time_interleaved(
+            cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)]
+            for f, cases in ((flops, fwd_cases), (2.5 * flops, bwd_cases)))
+    finally:
+        if torch is not None:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+
+    def best(xs):
+        """torch's fastest backend: (TFLOP/s, name)."""
+        got = [(x, n) for x, n in zip(xs, names) if isinstance(x, float)]
+        return max(got) if got else (None, common.NA)
+
+    (best_f, name_f), (best_b, name_b) = best(fwd[2:]), best(bwd[2:])
+    return [label, _fmt(fwd[0]), _fmt(fwd[1]), _fmt(best_f), common.fmt_ratio(fwd[0], fwd[1]),
+            common.fmt_ratio(fwd[0], best_f), _fmt(bwd[0]), _fmt(bwd[1]), _fmt(best_b),
+            common.fmt_ratio(bwd[0], bwd[1]), common.fmt_ratio(bwd[0], best_b),
+            f"{name_f} / {name_b}",
+            f"{f8.candidates[f8.choice]['name']} / {b8.candidates[b8.choice]['name']}",
+            f"{plan_s:.1f}"]
+
+
 def host_overhead(torch, s, ts):
     """Microseconds per call on a cache hit, tiny problem (b1 h1 s64 d64, GPU time ~ the
     launch): cudalibs' plan and one-shot, the bare ``cudnnBackendExecute`` they wrap, torch."""
@@ -221,6 +317,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default=None,
                     help="comma-separated indices of the rows to measure (None: all)")
     ap.add_argument("--quick", action="store_true", help="fewer timed loops")
+    ap.add_argument("--fp8", action="store_true",
+                    help="fp8 attention beside our bf16 and torch's (the d = 128 rows)")
     args = ap.parse_args(argv)
     global ITERS, REPEATS
     if args.quick:
@@ -231,6 +329,8 @@ def main(argv=None) -> int:
     dev = cl.Device(0)
     s = cl.Stream(dev)
     ts = torch.cuda.Stream() if torch is not None else None
+    if args.fp8:
+        return main_fp8(torch, torch_peer, dev, s, ts, args.rows)
     print("## Scaled dot-product attention (bfloat16)\n")
     print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
           f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version}")
@@ -255,6 +355,35 @@ def main(argv=None) -> int:
     print()
     print(common.markdown_table(["host time per call (cache hit, b1 h1 s64 d64 forward)",
                                  "us"], host_overhead(torch, s, ts), right={1}))
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def main_fp8(torch, torch_peer, dev, s, ts, rows_arg) -> int:
+    """The ``--fp8`` table: fp8 attention at the training rows of head dim 128."""
+    print("## Scaled dot-product attention in fp8 (float8_e4m3fn)\n")
+    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
+          f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version} (bf16: "
+          "torch has no fp8 attention)")
+    print(f"- TFLOP/s, median of {REPEATS} loops of {ITERS} calls; fp8/bf16: our fp8 over our "
+          "bf16; fp8/torch: over torch's fastest bf16 backend\n")
+    t0 = time.perf_counter()
+    picked = [r for r in ROWS if r[5] == 128]
+    if rows_arg is not None:
+        picked = [picked[int(i)] for i in rows_arg.split(",") if i]
+    rows = []
+    for spec in picked:
+        try:
+            rows.append(fp8_row(torch, s, ts, *spec))
+        except Exception as exc:  # noqa: BLE001 - report the row and go on
+            rows.append([spec[0], f"error: {type(exc).__name__}: {str(exc)[:160]}"] + [""] * 12)
+        print(f"  {' | '.join(rows[-1])} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
+              flush=True)
+    print(common.markdown_table(
+        ["problem", "fwd fp8", "fwd bf16", "fwd torch bf16", "fwd fp8/bf16", "fwd fp8/torch",
+         "bwd fp8", "bwd bf16", "bwd torch bf16", "bwd fp8/bf16", "bwd fp8/torch",
+         "torch backend (fwd / bwd)", "our fp8 engines (fwd / bwd)", "plan+tune s"], rows,
+        right={1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13}))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 0
 

@@ -14,17 +14,20 @@ Three matrices, in float32 and float64, each library on a stream of its own on d
    2.1, mean about 8 entries a row, a few rows of thousands), CSR: the load imbalance
    SpMV algorithms differ on;
 3. **block**: a block-sparse matrix of 16 x 16 dense blocks (65536 rows, 1% of the blocks
-   stored), CSR and BSR.
+   stored), CSR, BSR and Blocked-ELL (SpMM only: cuSPARSE's SpMV does not take Blocked-ELL;
+   each block row padded to the widest, on tensor cores).
 
 SpMV is ``y = A @ x``; SpMM is ``C = A @ B`` with ``B`` of 64 columns, row-major.  cudalibs
 calls its one-shots (``cusparse.spmv``, ``cusparse.spmm`` with ``out=`` given, after a
-warm-up call planned them: SpMM's algorithm is autotuned on that call); cupyx multiplies its
-``csr_matrix`` by a ``cupy`` array (``A @ x``); torch its ``sparse_csr`` tensor
-(``torch.mv`` / ``torch.mm``).  Device time per call: warm-up calls, then loops of
-back-to-back calls between two CUDA events of each library, the libraries' loops
+warm-up call planned them: SpMM's algorithm is autotuned on that call, among every algorithm
+cuSPARSE offers; SpMV runs cuSPARSE's default); cupyx multiplies its ``csr_matrix`` by a
+``cupy`` array (``A @ x``); torch its ``sparse_csr`` tensor (``torch.mv`` / ``torch.mm``) --
+the peers' rows use CSR whatever format ours is in.  Device time per call: warm-up calls, then
+loops of back-to-back calls between two CUDA events of each library, the libraries' loops
 interleaved; the cell is the median loop's time in milliseconds.  Ratios are the peer's time
 over ours (above 1: cudalibs is faster).  Each case first compares cudalibs' result with the
-peers' (the relative norm-wise difference is printed on stderr); nothing here asserts a time.
+peers' (the relative norm-wise difference is printed on stderr: Blocked-ELL's float32 runs
+at TF32 precision, about 1e-4 from the peers); nothing here asserts a time.
 
 A last table puts SpMM's autotuned algorithm beside cuSPARSE's default (``SpMM`` plans with
 ``alg="CUSPARSE_SPMM_ALG_DEFAULT"``) on each matrix.  A peer that is not installed shows
@@ -99,12 +102,12 @@ class Runner:
         self.lanes = common.lanes(torch_peer, cupy_peer)
         self.failed = False
 
-    def case(self, host, dt, op: str, rng, bsr: bool) -> list:
-        """``[ours ms, cupyx ms, torch ms]`` of SpMV (``op="spmv"``) or SpMM."""
+    def case(self, host, dt, op: str, rng, fmt: str) -> list:
+        """``[ours ms, cupyx ms, torch ms]`` of SpMV (``op="spmv"``) or SpMM, ours on
+        ``host`` in format ``fmt``."""
         ln = self.lanes
         s = ln.stream
-        h = (host.tobsr() if bsr else host.tocsr()).astype(dt)
-        A = cusparse.from_scipy(h, stream=s)
+        h, A = _ours(host, dt, fmt, s)
         rows, cols = h.shape
         dense = (rng.uniform(-1, 1, cols) if op == "spmv" else
                  rng.uniform(-1, 1, (cols, SPMM_COLS))).astype(dt)
@@ -158,11 +161,10 @@ class Runner:
         A.close()
         return [res["cudalibs"], res.get("cupyx", NA), res.get("torch", NA)]
 
-    def tuned_vs_default(self, host, dt, rng, bsr: bool) -> list:
+    def tuned_vs_default(self, host, dt, rng, fmt: str) -> list:
         """``[autotuned ms, default ms, tuned algorithm]`` of one SpMM."""
         s = self.lanes.stream
-        h = (host.tobsr() if bsr else host.tocsr()).astype(dt)
-        A = cusparse.from_scipy(h, stream=s)
+        h, A = _ours(host, dt, fmt, s)
         b = cl.to_device(rng.uniform(-1, 1, (h.shape[1], SPMM_COLS)).astype(dt), stream=s)
         tuned = cusparse.SpMM(A, b)
         tuned.autotune(stream=s)
@@ -183,6 +185,16 @@ class Runner:
             self.failed = True
             print(f"{label} failed:\n{traceback.format_exc()}", file=sys.stderr)
             return ["error"] * width
+
+
+def _ours(host, dt, fmt: str, s):
+    """``(scipy matrix, our matrix)`` of ``host`` in ``fmt`` ("csr", "bsr", "blocked_ell")
+    with values of ``dt``."""
+    if fmt == "blocked_ell":
+        h = host.tobsr().astype(dt)
+        return h, cusparse.BlockedELL.from_scipy(h, stream=s)
+    h = (host.tobsr() if fmt == "bsr" else host.tocsr()).astype(dt)
+    return h, cusparse.from_scipy(h, stream=s)
 
 
 def _fmt(v) -> str:
@@ -225,17 +237,17 @@ def main(argv=None) -> int:
     rows, tuned_rows = [], []
     for name in names:
         host = matrix(name, args.quick, rng)
-        formats = ("csr", "bsr") if name == "block" else ("csr",)
+        formats = ("csr", "bsr", "blocked_ell") if name == "block" else ("csr",)
         for fmt in formats:
             for dt in DTYPES:
                 label = f"{name} {fmt} {np.dtype(dt).name}"
-                for op in ("spmv", "spmm"):
+                for op in ("spmm",) if fmt == "blocked_ell" else ("spmv", "spmm"):
                     res = r.guarded(label + " " + op,
-                                    lambda: r.case(host, dt, op, rng, fmt == "bsr"))
+                                    lambda: r.case(host, dt, op, rng, fmt))
                     rows.append([label, op, *map(_fmt, res), _ratio(res[0], res[1]),
                                  _ratio(res[0], res[2])])
                 res = r.guarded(label + " tuned", lambda: r.tuned_vs_default(
-                    host, dt, rng, fmt == "bsr"))
+                    host, dt, rng, fmt))
                 tuned_rows.append([label, *map(_fmt, res[:2]), str(res[2]),
                                    _ratio(res[0], res[1])])
     print(common.markdown_table(["matrix", "op", "cudalibs ms", "cupyx ms", "torch ms",

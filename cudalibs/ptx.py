@@ -3,17 +3,19 @@
 The files live in the top-level ``ptx/`` directory of the source tree, each ``name.cu`` beside
 the ``name.ptx`` that ``python ptx/build.py`` makes from it with nvcc (see ptx/README.md for how
 and why: PTX ISA 8.0 for ``sm_75``, which every driver from CUDA 12.0 on loads and
-JIT-compiles for its own GPU).  A wheel installs them as package data in ``cudalibs/_ptx``
-(pyproject.toml maps the directory there); a checkout, run in place or installed editable,
-reads them from ``ptx/`` itself.  :mod:`cudalibs.kernels` wraps the kernels; this module only
-says where the files are and which kernels each one holds.
+JIT-compiles for its own GPU; :data:`TARGETS` names the files built for a newer one).  A
+wheel installs them as package data in ``cudalibs/_ptx`` (pyproject.toml maps the directory
+there); a checkout, run in place or installed editable, reads them from ``ptx/`` itself.
+:mod:`cudalibs.kernels` wraps the kernels; this module only says where the files are, which
+kernels each one holds and what it is built for.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DIRECTORY", "SEARCHED", "ENTRIES", "ptx_path", "source_path", "read_ptx"]
+__all__ = ["DIRECTORY", "SEARCHED", "ENTRIES", "TARGETS", "DEFAULT_TARGET", "target",
+           "compute_capability", "ptx_path", "source_path", "read_ptx"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -47,7 +49,36 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         + _suffixed(_suffixed(("adamw",), ("f32", "f16", "bf16")), ("f16", "bf16"))
         + ("step_increment_i32",)
     ),
+    "fp8": (
+        _suffixed(("amax",), ("f32", "f16", "bf16"))
+        + _suffixed(_suffixed(("quantize", "dequantize"), ("e4m3", "e5m2")),
+                    ("f32", "f16", "bf16"))
+        + ("delayed_scale_update_f32",)
+    ),
+    "grouped": (
+        tuple(f"grouped_mm_{dt}_{layout}_{tile}_{out}" for dt in ("bf16", "f16")
+              for layout in ("kn", "nk") for tile in ("m128", "m64") for out in (dt, "f32"))
+        + ("grouped_ptrs",)
+    ),
 }
+
+#: The architecture every file is built for unless :data:`TARGETS` names another.
+DEFAULT_TARGET = "sm_75"
+#: Files built for a newer architecture than :data:`DEFAULT_TARGET`, by stem: the grouped
+#: GEMM uses cp.async and bfloat16 tensor-core products, which need sm_80.  The driver cannot
+#: load such a file on an older GPU, so the kernel loader refuses it first, saying why.
+TARGETS: dict[str, str] = {"grouped": "sm_80"}
+
+
+def target(stem: str) -> str:
+    """The ``.target`` of ``stem.ptx``: ``"sm_75"``, or what :data:`TARGETS` says."""
+    return TARGETS.get(stem, DEFAULT_TARGET)
+
+
+def compute_capability(stem: str) -> tuple[int, int]:
+    """The oldest compute capability whose GPUs load ``stem.ptx``: ``(7, 5)``, ``(8, 0)``."""
+    digits = target(stem).removeprefix("sm_")
+    return int(digits[:-1]), int(digits[-1])
 
 
 def _find() -> Path:

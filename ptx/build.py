@@ -6,10 +6,12 @@ Usage, in the root of a checkout::
     python ptx/build.py --check    # exit 1 if a committed .ptx differs from a rebuild
     python ptx/build.py --ptxas /path/to/cuda-12.0/ptxas   # validate with another ptxas
 
-Each ``name.cu`` is compiled with ``nvcc -ptx -arch=compute_75 -O3 -std=c++17``, the ``.version``
-line nvcc writes (9.0 for nvcc 13) is lowered to :data:`PTX_VERSION`, and the result is
-assembled with ``ptxas -arch=sm_75``, which rejects any instruction or directive newer than the
-declared ISA version, so a file that passes is legal PTX 8.0 (see README.md for why 8.0).
+Each ``name.cu`` is compiled with ``nvcc -ptx -arch=compute_75 -O3 -std=c++17`` (``compute_80``
+for the files :data:`cudalibs.ptx.TARGETS` names: the grouped GEMM's cp.async and bfloat16
+tensor-core products need it), the ``.version`` line nvcc writes (9.0 for nvcc 13) is lowered to
+:data:`PTX_VERSION`, and the result is assembled with ``ptxas -arch=sm_75`` (``sm_80``), which
+rejects any instruction or directive newer than the declared ISA version, so a file that passes
+is legal PTX 8.0 (see README.md for why 8.0).
 A comment header records the sha256 of every source file the PTX was built from, the nvcc
 release and the command, so a test can tell that a committed PTX matches its sources without
 a compiler, and a rebuild with the same nvcc reproduces the file byte for byte.
@@ -37,9 +39,10 @@ if __name__ == "__main__":
     # Run as a script: the cudalibs of the checkout this file belongs to, not another copy.
     sys.path.insert(0, str(DIRECTORY.parent))
 
-from cudalibs.ptx import ENTRIES  # noqa: E402
+from cudalibs.ptx import ENTRIES, target  # noqa: E402
 
-__all__ = ["PTX_VERSION", "TARGET", "NVCC_FLAGS", "COMMAND", "DIRECTORY", "build", "generate",
+__all__ = ["PTX_VERSION", "TARGET", "NVCC_FLAGS", "nvcc_flags", "COMMAND", "DIRECTORY", "build",
+           "generate",
            "validate", "nvcc_release", "parse_header", "source_hashes", "tag_line", "main"]
 
 #: The PTX ISA version every shipped file declares: the newest the CUDA 12.0 driver loads.
@@ -47,15 +50,23 @@ PTX_VERSION = "8.0"
 #: The target of every shipped file: the oldest architecture nvcc 13 still compiles for
 #: (and new enough for WMMA, sm_70+).
 TARGET = "sm_75"
-#: nvcc options, after ``-ptx``.  No ``--use_fast_math``: expf/tanhf/division stay IEEE-accurate
-#: so the float32 results meet the 1e-5 tolerance of the tests.
+#: nvcc options, after ``-ptx``, of a file built for :data:`TARGET`.  No ``--use_fast_math``:
+#: expf/tanhf/division stay IEEE-accurate so the float32 results meet the 1e-5 tolerance of
+#: the tests.
 NVCC_FLAGS = ("-arch=compute_75", "-O3", "-std=c++17")
+
+
+def nvcc_flags(stem: str) -> tuple[str, ...]:
+    """nvcc options, after ``-ptx``, for ``stem.cu``: :data:`NVCC_FLAGS` with the virtual
+    architecture of the file's target (``cudalibs.ptx.target``)."""
+    return (f"-arch=compute_{target(stem).removeprefix('sm_')}",) + NVCC_FLAGS[1:]
 #: How to run this script; the first line of every generated file names it.
 COMMAND = "python ptx/build.py"
 
 _HEADER_TAG = "// cudalibs-ptx"
 _VERSION_RE = re.compile(r"^\.version\s+(\d+)\.(\d+)\s*$", re.M)
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_TARGET_RE = re.compile(r"^\.target\s+(sm_\d+)\s*$", re.M)
 
 
 def _which(tool: str, given: str | None) -> str:
@@ -150,7 +161,7 @@ def generate(stem: str, *, nvcc: str | None = None, directory: Path = DIRECTORY)
         out = Path(tmp) / f"{stem}.ptx"
         # Run in the source directory with a relative file name: nothing machine-specific can
         # reach the output, so a rebuild elsewhere is byte-identical.
-        cmd = [nvcc, "-ptx", *NVCC_FLAGS, cu, "-o", str(out)]
+        cmd = [nvcc, "-ptx", *nvcc_flags(stem), cu, "-o", str(out)]
         proc = subprocess.run(cmd, cwd=directory, capture_output=True, text=True)
         if proc.returncode:
             raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
@@ -167,16 +178,17 @@ def generate(stem: str, *, nvcc: str | None = None, directory: Path = DIRECTORY)
         *(f"// source-sha256: {name} {digest}"
           for name, digest in source_hashes(stem, directory).items()),
         f"// nvcc: {release}",
-        f"// command: nvcc -ptx {' '.join(NVCC_FLAGS)} {cu}",
+        f"// command: nvcc -ptx {' '.join(nvcc_flags(stem))} {cu}",
         f"// original-version: {original}",
         f"// .version lowered to {PTX_VERSION} so drivers from CUDA 12.0 on load it; "
-        f"ptxas -arch={TARGET} accepts it as ISA {PTX_VERSION}.",
+        f"ptxas -arch={target(stem)} accepts it as ISA {PTX_VERSION}.",
     ]
     return "\n".join(header) + "\n" + body
 
 
-def validate(ptx_text: str, *, ptxas: str | None = None, arch: str = TARGET) -> None:
-    """Assemble ``ptx_text`` with ptxas for ``arch``; raise with ptxas' log if it refuses.
+def validate(ptx_text: str, *, ptxas: str | None = None, arch: str | None = None) -> None:
+    """Assemble ``ptx_text`` with ptxas for ``arch`` (default: the text's own ``.target``, else
+    :data:`TARGET`); raise with ptxas' log if it refuses.
 
     ptxas checks every instruction against the declared ``.version``, so this proves the
     lowered file is legal at that ISA version.
@@ -187,6 +199,9 @@ def validate(ptx_text: str, *, ptxas: str | None = None, arch: str = TARGET) -> 
         ptxas rejected the PTX.
     """
     ptxas = _which("ptxas", ptxas)
+    if arch is None:
+        m = _TARGET_RE.search(ptx_text)
+        arch = m.group(1) if m else TARGET
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx_text)

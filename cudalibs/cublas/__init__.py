@@ -9,6 +9,9 @@
   repeated calls relaunch the library's recorded kernels (:mod:`cudalibs.runtime.relaunch`).
 - :class:`Matmul` (cuBLASLt plans: heuristics, :meth:`Matmul.autotune`, fused bias/ReLU/GELU
   epilogues, fp8) and :func:`matmul`, its cached one-shot form.
+- :func:`gemm_grouped` / :class:`GroupedGemm`: one ``cublasGemmGroupedBatchedEx`` over
+  groups of different shapes (mixture-of-experts layers with host-known token counts; for
+  counts that live on the device see :func:`cudalibs.kernels.grouped_mm`).
 - :func:`axpy`, :func:`scal`, :func:`dot`, :func:`nrm2`, :func:`gemv`.
 
 ``_lib`` holds the raw prototype tables of both libraries (``libcublas`` and ``libcublasLt``,
@@ -22,6 +25,7 @@ from .blas import axpy, dot, gemv, nrm2, scal
 from .batched import algo_cache, clear_algo_cache, gemm_batched, tune_gemm
 from .gemm import (GEMM_ALGOS, GEMM_KEY, SUPPORTED, GemmArgs, GemmPlan, gemm, gemm_args,
                    gemm_backend, gemm_strided_batched, set_gemm_backend)
+from .grouped import GROUPED_KEY, GROUPED_SUPPORTED, GroupedGemm, gemm_grouped
 from .handle import WORKSPACE_BYTES, prepare, release_workspaces
 from .lt import Matmul
 from .matmul import (MATMUL_KEY, clear_matmul_cache, clear_plan_cache, matmul, matmul_cache,
@@ -36,4 +40,5 @@ __all__ = ["version", "version_int", "lt_version", "lt_version_int",
            "Matmul", "matmul", "MATMUL_KEY", "MatrixLayout", "MatmulDesc", "MatmulPreference",
            "EPILOGUES", "Epilogue", "matmul_cache", "clear_matmul_cache", "plan_cache",
            "clear_plan_cache", "WORKSPACE_BYTES",
-           "prepare", "release_workspaces"]
+           "prepare", "release_workspaces", "gemm_grouped", "GroupedGemm", "GROUPED_KEY",
+           "GROUPED_SUPPORTED"]

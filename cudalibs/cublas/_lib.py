@@ -163,8 +163,15 @@ CUBLASLT_MATMUL_DESC_C_SCALE_POINTER = 19
 CUBLASLT_MATMUL_DESC_D_SCALE_POINTER = 20
 CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21
 CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22
+CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER = 23
+CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER = 24
 CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25
 CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31
+CUBLASLT_MATMUL_DESC_B_SCALE_MODE = 32
+CUBLASLT_MATMUL_DESC_C_SCALE_MODE = 33
+CUBLASLT_MATMUL_DESC_D_SCALE_MODE = 34
+CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE = 35
 
 MATMUL_DESC_ATTRIBUTE_TYPES = {
     CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: c_int32,
@@ -188,9 +195,26 @@ MATMUL_DESC_ATTRIBUTE_TYPES = {
     CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: c_void_p,
     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: c_void_p,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: c_int32,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER: c_void_p,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER: c_void_p,
     CUBLASLT_MATMUL_DESC_FAST_ACCUM: c_int8,
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: c_int32,
+    CUBLASLT_MATMUL_DESC_A_SCALE_MODE: c_int32,
+    CUBLASLT_MATMUL_DESC_B_SCALE_MODE: c_int32,
+    CUBLASLT_MATMUL_DESC_C_SCALE_MODE: c_int32,
+    CUBLASLT_MATMUL_DESC_D_SCALE_MODE: c_int32,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE: c_int32,
 }
+
+# enum cublasLtMatmulMatrixScale_t (cuBLASLt 12.8+; OUTER_VEC, VEC128 and BLK128x128 12.9+):
+# how a *_SCALE_POINTER is read -- one float32, one per outer index, one per 128 elements of
+# the inner dimension, one per 128x128 block (the VEC16/VEC32 block formats are Blackwell's).
+CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F = 0
+CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 = 1
+CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 = 2
+CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F = 3
+CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F = 4
+CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F = 5
 
 # enum cublasLtEpilogue_t
 CUBLASLT_EPILOGUE_DEFAULT = 1
@@ -467,3 +491,27 @@ LT_TABLE = [
 
 get = LazyLibrary("cublas", TABLE)
 get_lt = LazyLibrary("cublasLt", LT_TABLE)
+
+# -- grouped GEMM ------------------------------------------------------------------------------
+# cublasGemmGroupedBatchedEx (cuBLAS 12.5+): group_count groups of problems, the problems of one
+# group sharing transposes, sizes, leading dimensions and scalars.  Every per-group array
+# (transa/transb, m/n/k, lda/ldb/ldc, alpha/beta, group_size) is a HOST array; Aarray, Barray
+# and Carray are DEVICE arrays of device pointers, one per problem, in group order.
+GROUPED_TABLE = [
+    # cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle,
+    #     const cublasOperation_t transa_array[], const cublasOperation_t transb_array[],
+    #     const int m_array[], const int n_array[], const int k_array[],
+    #     const void* alpha_array, const void* const Aarray[], cudaDataType_t Atype,
+    #     const int lda_array[], const void* const Barray[], cudaDataType_t Btype,
+    #     const int ldb_array[], const void* beta_array, void* const Carray[],
+    #     cudaDataType_t Ctype, const int ldc_array[], int group_count,
+    #     const int group_size[], cublasComputeType_t computeType)
+    Proto("cublasGemmGroupedBatchedEx", cublasStatus_t,
+          [cublasHandle_t, POINTER(cublasOperation_t), POINTER(cublasOperation_t),
+           POINTER(c_int), POINTER(c_int), POINTER(c_int), c_void_p, c_void_p, cudaDataType_t,
+           POINTER(c_int), c_void_p, cudaDataType_t, POINTER(c_int), c_void_p, c_void_p,
+           cudaDataType_t, POINTER(c_int), c_int, POINTER(c_int), cublasComputeType_t]),
+]
+TABLE += GROUPED_TABLE
+# LazyLibrary keeps a copy of its table: bind cuBLAS over the table with the rows above.
+get = LazyLibrary("cublas", TABLE)

@@ -18,7 +18,7 @@ from ._base import raise_for
 from .handle import WORKSPACE_BYTES
 
 __all__ = ["MatrixLayout", "MatmulDesc", "MatmulPreference", "Epilogue", "EPILOGUES",
-           "epilogue", "round_up"]
+           "epilogue", "round_up", "SCALE_MODES"]
 
 
 # -- attribute plumbing ----------------------------------------------------------------------
@@ -303,6 +303,18 @@ def epilogue(name) -> Epilogue:
     if ep is None:
         raise ValueError(f"unknown epilogue {name!r}; known: {', '.join(EPILOGUES)}")
     return ep
+
+
+#: fp8 ``scale_mode`` name -> the ``cublasLtMatmulMatrixScale_t`` of that operand's scale:
+#: one float32 for the tensor, one per row of ``a`` / column of ``b`` (cuBLASLt's outer
+#: vector), one per 128 elements along K of each such row / column (1x128 blocks), one per
+#: 128x128 block.  Their layouts: :class:`cudalibs.cublas.Matmul`.
+SCALE_MODES = {
+    "tensor": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+    "row": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+    "block128": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+    "block128x128": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+}
 
 
 def round_up(x: int, m: int) -> int:

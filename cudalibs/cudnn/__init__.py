@@ -32,8 +32,9 @@ from . import attention, backend
 from ._base import check_versions, last_error_string, version, version_int, version_tuple
 from .activation import (activation, activation_backward, activation_forward, add_tensor,
                          softmax, softmax_backward, softmax_forward)
-from .attention import (SDPA_BACKWARD_KEY, SDPA_KEY, SdpaBackwardPlan, SdpaPlan, sdpa,
-                        sdpa_backward)
+from .attention import (SDPA_BACKWARD_KEY, SDPA_FP8_BACKWARD_KEY, SDPA_FP8_KEY, SDPA_KEY,
+                        SdpaBackwardPlan, SdpaFp8BackwardPlan, SdpaFp8Plan, SdpaPlan, sdpa,
+                        sdpa_backward, sdpa_fp8, sdpa_fp8_backward)
 from .conv import (BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, ConvBackwardDataPlan,
                    ConvBackwardFilterPlan, ConvBiasActPlan, ConvForwardPlan, ConvPlan,
                    NoAlgorithmError, algo_cache, clear_algo_cache, conv_backward_bias,
@@ -71,7 +72,8 @@ __all__ = [
     "descriptor_cache_size", "clear_descriptor_cache",
     "set_workspace_limit", "workspace_limit", "workspace_bytes", "release_workspaces",
     "attention", "sdpa", "sdpa_backward", "SdpaPlan", "SdpaBackwardPlan", "SDPA_KEY",
-    "SDPA_BACKWARD_KEY",
+    "SDPA_BACKWARD_KEY", "sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Plan", "SdpaFp8BackwardPlan",
+    "SDPA_FP8_KEY", "SDPA_FP8_BACKWARD_KEY",
     "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "NormForwardPlan",
     "NormBackwardPlan", "NoNormEngineError", "NORM_FORWARD_KEY", "NORM_BACKWARD_KEY",
     "norm_cache", "clear_norm_cache",

@@ -1,4 +1,5 @@
-"""Sparse matrices on the device: CSR, CSC, COO and BSR over device arrays.
+"""Sparse matrices on the device: CSR, CSC, COO and BSR over device arrays (Blocked-ELL,
+on the same base, is :mod:`.ell`'s).
 
 A :class:`SparseMatrix` holds the arrays of one format (offsets or row indices, indices,
 values), checked once when it is made: index dtypes (int32 or int64, the same for both),
@@ -47,7 +48,7 @@ from .structure import (INDEX_DTYPES, VALUE_DTYPES, canonical_compressed, canoni
 
 __all__ = ["SparseMatrix", "CSR", "CSC", "COO", "BSR", "from_scipy", "from_torch",
            "from_dense", "descriptor", "dense_descriptor", "dense_layout", "Descriptor",
-           "matrix_operand"]
+           "matrix_operand", "owned_copy"]
 
 _INDEX_ENUM = {np.dtype(np.int32): _lib.CUSPARSE_INDEX_32I,
                np.dtype(np.int64): _lib.CUSPARSE_INDEX_64I}
@@ -104,23 +105,23 @@ class SparseMatrix(Resource):
             got[name] = a
         idx = [got[n].dtype for n in self._ARRAYS[:-1]]
         for name, d in zip(self._ARRAYS, idx):
-            if d not in INDEX_DTYPES:
-                raise TypeError(f"{what}: {name} has dtype {d}; cuSPARSE takes int32 or int64 "
-                                "indices")
+            if d not in self._INDEX_DTYPES:
+                raise TypeError(f"{what}: {name} has dtype {d}; {self._INDEX_TEXT}")
             if d != idx[0]:
                 raise TypeError(f"{what}: {name} has dtype {d}, {self._ARRAYS[0]} {idx[0]}; "
                                 "cuSPARSE needs one index type")
-        values = got[self._ARRAYS[-1]]
-        if values.dtype not in VALUE_DTYPES:
-            raise TypeError(f"{what}: data has dtype {values.dtype}; supported: float32, "
-                            "float64, complex64, complex128")
+        name = self._ARRAYS[-1]
+        values = got[name]
+        if values.dtype not in self._VALUE_DTYPES:
+            raise TypeError(f"{what}: {name} has dtype {values.dtype}; supported: "
+                            f"{', '.join(str(d) for d in self._VALUE_DTYPES)}")
         self.shape = (rows, cols)
         self.dtype = values.dtype
         self.index_dtype = idx[0]
         self.device = dev
         self.arrays = got
         self.nnz = self._check_lengths(got, rows, cols, what)
-        if idx[0] == INDEX_DTYPES[0] and max(rows, cols, self.nnz) > np.iinfo(np.int32).max:
+        if idx[0] == INDEX_DTYPES[0] and self._index_extent() > np.iinfo(np.int32).max:
             raise ValueError(f"{what}: shape {self.shape} with {self.nnz} entries needs int64 "
                              "indices")
         self.token = next(_tokens)
@@ -130,9 +131,16 @@ class SparseMatrix(Resource):
         self._own(_release, self._keys, list(got.values()) if owned else [])
 
     _NDIM: dict = {}
+    _INDEX_DTYPES = INDEX_DTYPES
+    _INDEX_TEXT = "cuSPARSE takes int32 or int64 indices"
+    _VALUE_DTYPES = VALUE_DTYPES
 
     def _check_lengths(self, a: dict, rows: int, cols: int, what: str) -> int:
         raise NotImplementedError
+
+    def _index_extent(self) -> int:
+        """The largest value an index or offset of this matrix may hold."""
+        return max(self.shape[0], self.shape[1], self.nnz)
 
     # -- what plans read ------------------------------------------------------------------
     def _remember(self, key) -> None:
@@ -154,6 +162,10 @@ class SparseMatrix(Resource):
         self._live()
         h = {n: self.arrays[n].get(stream=stream) for n in self._ARRAYS}
         return self._scipy(sp, h)
+
+    def to_numpy(self, stream=None) -> np.ndarray:
+        """The dense matrix as a host numpy array (waits for ``stream``)."""
+        return self.to_scipy(stream).toarray()
 
     def to_dense(self, *, stream=None) -> DeviceArray:
         """The dense matrix, C-contiguous, on the device (``cusparseSparseToDense``).
@@ -373,8 +385,9 @@ class BSR(SparseMatrix):
 _CLASSES = {"csr": CSR, "csc": CSC, "coo": COO, "bsr": BSR}
 
 
-def _owned(cls, host: dict, shape, device, stream, what: str):
-    """A matrix of ``cls`` owning device copies of host arrays (checked already).
+def owned_copy(cls, host: dict, shape, device, stream, what: str, **attrs):
+    """A matrix of ``cls`` owning device copies of host arrays (checked already);
+    ``attrs`` are set on it before its arrays are checked (BlockedELL's ``block``).
 
     Refused under graph capture before anything is allocated: a captured copy would read
     host memory the replay cannot count on, and in this thread's capture an allocation on
@@ -388,6 +401,8 @@ def _owned(cls, host: dict, shape, device, stream, what: str):
         for n, v in host.items():
             arrs[n] = to_device(np.ascontiguousarray(v), device=dev, stream=s)
         m = cls.__new__(cls)
+        for k, v in attrs.items():
+            setattr(m, k, v)
         m._setup(arrs, shape, cls.__name__, owned=True)
     except BaseException:
         for a in arrs.values():
@@ -462,7 +477,7 @@ def from_scipy(matrix, *, device=None, stream=None, index_dtype=None) -> SparseM
         host = {"row": row.astype(idt), "col": col.astype(idt), "data": data}
     else:
         host = {"indptr": indptr.astype(idt), "indices": indices.astype(idt), "data": data}
-    return _owned(_CLASSES[fmt], host, (rows, cols), device, stream, "from_scipy")
+    return owned_copy(_CLASSES[fmt], host, (rows, cols), device, stream, "from_scipy")
 
 
 def from_torch(tensor, *, check: bool = False) -> SparseMatrix:
@@ -602,11 +617,15 @@ def descriptor(m: SparseMatrix) -> Descriptor:
     elif m.format == "coo":
         fn = "cusparseCreateCoo"
         st = L.cusparseCreateCoo(ctypes.byref(raw), rows, cols, m.nnz, *ptrs, e, base, vt)
-    else:
+    elif m.format == "bsr":
         fn = "cusparseCreateBsr"
         b = m.block
         st = L.cusparseCreateBsr(ctypes.byref(raw), rows // b, cols // b, m.blocks, b, b,
                                  *ptrs, e, e, base, vt, _lib.CUSPARSE_ORDER_ROW)
+    else:
+        fn = "cusparseCreateBlockedEll"
+        st = L.cusparseCreateBlockedEll(ctypes.byref(raw), rows, cols, m.block, m.ell_cols,
+                                        *ptrs, e, base, vt)
     if st:
         raise_for(st, fn, repr(m))
     return Descriptor(raw, L.cusparseDestroySpMat)
@@ -649,8 +668,8 @@ def dense_descriptor(a: DeviceArray, name: str = "x", op: str = "cusparse") -> D
 def matrix_operand(m, name: str, op: str, device=None) -> SparseMatrix:
     """``m`` checked to be an open :class:`SparseMatrix` (on ``device``)."""
     if not isinstance(m, SparseMatrix):
-        raise TypeError(f"{op}: {name} must be a cusparse sparse matrix (CSR, CSC, COO, BSR; "
-                        f"from_scipy/from_torch make one), not {type(m).__name__}")
+        raise TypeError(f"{op}: {name} must be a cusparse sparse matrix (CSR, CSC, COO, BSR, "
+                        f"BlockedELL; from_scipy/from_torch make one), not {type(m).__name__}")
     m._live()
     if device is not None and m.device is not device:
         check_device(next(iter(m.arrays.values())), device, name, op)

@@ -13,8 +13,9 @@ for buffer sizes on scratch operands and (SpMM) times the algorithms.  Run the c
 before capturing it; the captured call is then a hit, which touches the call's stream only
 (its buffer comes from the pool on that stream).
 
-SpMV and SpMM take ``deterministic`` (see :mod:`.plan`): by default the algorithms cuSPARSE
-documents as bitwise reproducible wherever it has any for the problem.
+SpMV and SpMM take ``deterministic`` (see :mod:`.plan`): by default every algorithm
+cuSPARSE offers (SpMM autotunes them; SpMV runs cuSPARSE's default), with
+``deterministic=True`` only those it documents as bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -62,13 +63,11 @@ def _plan(key, A: SparseMatrix, build, *, tune=False, stream=None):
     return plan
 
 
-def _deterministic(value, op: str):
-    """``deterministic=`` as a key part: None, True or False (checked again by the plan)."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, np.bool_):
+def _deterministic(value, op: str) -> bool:
+    """``deterministic=`` as a key part, True or False (checked again by the plan)."""
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise TypeError(f"{op}: deterministic must be True, False or None, not {value!r}")
+    raise TypeError(f"{op}: deterministic must be True or False, not {value!r}")
 
 
 def _dense(x, name, op, A, stream):
@@ -76,7 +75,7 @@ def _dense(x, name, op, A, stream):
     return x, (x.shape, x.strides, x.dtype)
 
 
-def spmv(A, x, out=None, *, alpha=1.0, beta=0.0, op="N", deterministic=None, stream=None):
+def spmv(A, x, out=None, *, alpha=1.0, beta=0.0, op="N", deterministic=False, stream=None):
     """``alpha * op(A) @ x + beta * out`` for a sparse matrix ``A`` (``cusparseSpMV``).
 
     Parameters
@@ -88,9 +87,10 @@ def spmv(A, x, out=None, *, alpha=1.0, beta=0.0, op="N", deterministic=None, str
         Written in place (and read when ``beta`` is not 0); default a new vector.
     alpha, beta : number
     op : {"N", "T", "H"}
-    deterministic : bool or None, default None
-        As :class:`~.plan.SpMV`'s: by default a deterministic algorithm where cuSPARSE has
-        one for the problem (``op="N"`` on CSR, COO and BSR).
+    deterministic : bool, default False
+        As :class:`~.plan.SpMV`'s: by default cuSPARSE's default algorithm (no autotune);
+        True: one cuSPARSE documents as bitwise reproducible (``op="N"`` on CSR, COO and
+        BSR), refused where there is none.
     stream : Stream, optional
 
     Returns
@@ -108,17 +108,17 @@ def spmv(A, x, out=None, *, alpha=1.0, beta=0.0, op="N", deterministic=None, str
 
 
 def spmm(A, B, out=None, *, alpha=1.0, beta=0.0, op_a="N", op_b="N", autotune=True,
-         deterministic=None, stream=None):
-    """``alpha * op_a(A) @ op_b(B) + beta * out`` for a sparse ``A`` and a dense ``B``
-    (``cusparseSpMM``).
+         deterministic=False, stream=None):
+    """``alpha * op_a(A) @ op_b(B) + beta * out`` for a sparse ``A`` (any format, Blocked-ELL
+    included) and a dense ``B`` (``cusparseSpMM``).
 
     The first call of a problem times the algorithms cuSPARSE offers for the format and
-    layouts that ``deterministic`` admits (``autotune=False``: the first of them) and keeps
-    the fastest, also in the tuning store; later calls only queue.  ``deterministic`` is
-    :class:`~.plan.SpMM`'s: by default only the algorithms cuSPARSE documents as bitwise
-    reproducible where it has any for the problem (``op_a="N"`` on CSR, COO and BSR), every
-    one otherwise; False times every one.  ``B`` and ``out`` are 2-D, row- or column-major;
-    ``out`` defaults to a new C-contiguous array.
+    layouts that ``deterministic`` admits (``autotune=False``: the first of them, cuSPARSE's
+    default) and keeps the fastest, also in the tuning store; later calls only queue.
+    ``deterministic`` is :class:`~.plan.SpMM`'s: by default every algorithm; True only those
+    cuSPARSE documents as bitwise reproducible (``op_a="N"`` on CSR, COO and BSR), refused
+    where there are none.  ``B`` and ``out`` are 2-D, row- or column-major; ``out`` defaults
+    to a new C-contiguous array.
     """
     A = matrix_operand(A, "A", "spmm")
     b, bd = _dense(B, "B", "spmm", A, stream)

@@ -3,40 +3,52 @@
 Each plan is a :class:`~cudalibs.runtime.plan.Plan` of one problem on one sparse matrix:
 **construct** (validate; no library call), **plan** (the matrix's own cuSPARSE descriptor,
 dense descriptors, the buffer size of each algorithm cuSPARSE offers for the format that
-``deterministic`` admits -- an algorithm it refuses there is left out), **autotune** (optional: the one timer over those
-algorithms, the choice kept in the tuning store), **execute**, **close**.
+``deterministic`` admits -- an algorithm it refuses there is left out), **autotune**
+(optional: the one timer over those algorithms, the choice kept in the tuning store),
+**execute**, **close**.
 
 Work buffers.  Every execution takes its buffer from the device's stream-ordered pool on the
 call's stream and frees it right after queueing, as cuFFT's plans do: reuse on that stream
 is ordered after the call, a captured execution records an allocation and a free node, and
-two threads never share a buffer.  cuSPARSE's optional preprocessing (``*_preprocess``)
-binds a buffer to the plan for its whole life and would make concurrent executions share it,
-so these plans do not use it; the analysis the triangular solves need is another matter
-(:mod:`.solve`).
+two threads never share a buffer; an algorithm that needs none makes no pool call at all.
+cuSPARSE's optional preprocessing (``*_preprocess``) binds a buffer to the plan for its
+whole life and would make concurrent executions share it, so these plans do not use it; the
+analysis the triangular solves need is another matter (:mod:`.solve`).
 
-Threads.  A plan's descriptors carry the dense operands' addresses, which each execution
-sets; an execution does that and queues the call under the plan's lock (host calls only,
+Threads.  A plan's descriptors carry the dense operands' addresses; under the plan's lock an
+execution writes those that differ from the last ones written (``cusparseDn*SetValues`` is
+skipped for an operand at the same address as before) and queues the call (host calls only,
 never across GPU work), on the calling thread's cuSPARSE handle (one per device and thread,
 bound to the call's stream when it changes).  So threads share a plan.
 
-Determinism.  cuSPARSE documents few of its algorithms as giving bitwise-identical results
-from run to run (:data:`DETERMINISTIC`); the others may add into one output element from
-several threads at once (atomics), so the last bits of a sum depend on the order the threads
-happen to run in -- from one call to the next, and between threads sharing a plan.  Only
-``op(A) = A`` has such algorithms: with a transposed ``A`` every SpMV and SpMM algorithm
-scatters its sums (``CSR_ALG2`` and ``COO_ALG2`` then run as their ``ALG1``), and cuSPARSE
-names none for CSC.  SpMV and SpMM take ``deterministic``:
+The hot path.  Planning prepares what every execution passes: the library functions, the
+raw descriptors, and ``alpha = 1`` / ``beta = 0`` as read-only host scalars of the compute
+type, used whenever an execution is called with those values (other values get scalars of
+their own for that call).  An execution checks its operands, makes the device's context
+current (cuSPARSE launches into the current context, which other code on the thread may
+have changed), and queues.
 
-- ``None`` (the default): where cuSPARSE offers a deterministic algorithm for the problem,
-  only those are candidates (so an autotune chooses among them); where it offers none, every
-  algorithm is, and the plan's :attr:`~SparsePlan.deterministic` is False.  An algorithm
-  named by ``alg=`` runs as named.
-- ``True``: only deterministic algorithms; a problem that has none is refused when the plan
-  is made, before any library call.
-- ``False``: every algorithm cuSPARSE offers, the fastest by an autotune (cuSPARSE
-  documents its SpMV ALG1s as faster than the deterministic ALG2s).
+Algorithms and determinism (:mod:`.algs`).  SpMV and SpMM take ``deterministic``:
 
-SDDMM has one algorithm, documented deterministic.
+- ``False`` (the default): every algorithm cuSPARSE offers for the format is a candidate;
+  an autotune picks the fastest, and without one the plan runs the first cuSPARSE takes --
+  ``ALG_DEFAULT``, what cuSPARSE recommends (for a CSR SpMV that is ``CSR_ALG1``, faster than
+  the deterministic ``CSR_ALG2``).  Results may differ in their last bits from run to run,
+  and between threads sharing a plan: several of these algorithms add into one output
+  element from several threads at once (atomics), so the order of a sum is the order the
+  threads happen to run in.
+- ``True``: only the algorithms cuSPARSE documents as bitwise reproducible
+  (:data:`~.algs.DETERMINISTIC`); a problem that has none -- any transposed ``A``, CSC,
+  Blocked-ELL, CSR with ``op_b="H"`` -- is refused when the plan is made, before any
+  library call.
+
+An algorithm named by ``alg=`` runs as named (with ``deterministic=True`` it must be a
+deterministic one).  A plan's :attr:`~SparsePlan.deterministic` says whether the algorithm
+it runs is documented deterministic, whichever way it was chosen.  SDDMM has one algorithm,
+documented deterministic.
+
+Value types: the matrix's, computed in it -- but float16 and bfloat16 (Blocked-ELL SpMM
+only) are computed in float32, with ``alpha`` and ``beta`` float32.
 
 A plan made by a one-shot function refers to its matrix weakly (the plan cache must not keep
 matrices alive) and is unusable once the matrix is gone; a plan made by the user holds it.
@@ -62,124 +74,20 @@ from ..runtime.operand import operand
 from ..runtime.plan import Plan, scratch
 from . import _lib
 from ._base import raise_for, version
+from .algs import (DETERMINISTIC, OPS, SPMM_ALGS, SPMV_ALGS, algorithms, check_blocked_ell_spmm,
+                   check_op_a, compute_dtype, deterministic_algorithms, op_code)
 from .handle import cusparse_handle
 from .matrix import SparseMatrix, dense_descriptor, dense_layout, descriptor, matrix_operand
 
 __all__ = ["SparsePlan", "SpMV", "SpMM", "SDDMM", "OPS", "SPMV_ALGS", "SPMM_ALGS",
-           "DETERMINISTIC", "deterministic_algorithms"]
+           "DETERMINISTIC", "deterministic_algorithms", "unit_scalars", "scalar", "op_code",
+           "dense_desc"]
 
-#: ``op=`` values and the cuSPARSE operation each means.
-OPS = {"N": _lib.CUSPARSE_OPERATION_NON_TRANSPOSE, "T": _lib.CUSPARSE_OPERATION_TRANSPOSE,
-       "H": _lib.CUSPARSE_OPERATION_CONJUGATE_TRANSPOSE}
-#: SpMV algorithms offered per format, cuSPARSE's default first.
-SPMV_ALGS = {
-    "csr": ("CUSPARSE_SPMV_ALG_DEFAULT", "CUSPARSE_SPMV_CSR_ALG1", "CUSPARSE_SPMV_CSR_ALG2"),
-    "csc": ("CUSPARSE_SPMV_ALG_DEFAULT", "CUSPARSE_SPMV_CSR_ALG1", "CUSPARSE_SPMV_CSR_ALG2"),
-    "coo": ("CUSPARSE_SPMV_ALG_DEFAULT", "CUSPARSE_SPMV_COO_ALG1", "CUSPARSE_SPMV_COO_ALG2"),
-    "bsr": ("CUSPARSE_SPMV_ALG_DEFAULT", "CUSPARSE_SPMV_BSR_ALG1"),
-}
-#: SpMM algorithms offered per format, cuSPARSE's default first.
-SPMM_ALGS = {
-    "csr": ("CUSPARSE_SPMM_ALG_DEFAULT", "CUSPARSE_SPMM_CSR_ALG1", "CUSPARSE_SPMM_CSR_ALG2",
-            "CUSPARSE_SPMM_CSR_ALG3"),
-    "csc": ("CUSPARSE_SPMM_ALG_DEFAULT", "CUSPARSE_SPMM_CSR_ALG1"),
-    "coo": ("CUSPARSE_SPMM_ALG_DEFAULT", "CUSPARSE_SPMM_COO_ALG1", "CUSPARSE_SPMM_COO_ALG2",
-            "CUSPARSE_SPMM_COO_ALG3", "CUSPARSE_SPMM_COO_ALG4"),
-    "bsr": ("CUSPARSE_SPMM_ALG_DEFAULT", "CUSPARSE_SPMM_BSR_ALG1"),
-}
-#: The algorithms cuSPARSE documents as giving bitwise-identical results for each run, by
-#: operation and format, all for ``op(A) = A`` only (see :func:`deterministic_algorithms`):
-#: SpMV ``CSR_ALG2``, ``COO_ALG2``, ``BSR_ALG1``; SpMM ``CSR_ALG3`` (CSR only, not with
-#: ``op_b="H"``), ``COO_ALG2``, ``BSR_ALG1``; SDDMM's one algorithm.  ``ALG_DEFAULT`` carries
-#: no such promise, nor does any CSC algorithm.
-DETERMINISTIC = {
-    "SpMV": {"csr": ("CUSPARSE_SPMV_CSR_ALG2",), "coo": ("CUSPARSE_SPMV_COO_ALG2",),
-             "bsr": ("CUSPARSE_SPMV_BSR_ALG1",)},
-    "SpMM": {"csr": ("CUSPARSE_SPMM_CSR_ALG3",), "coo": ("CUSPARSE_SPMM_COO_ALG2",),
-             "bsr": ("CUSPARSE_SPMM_BSR_ALG1",)},
-    "SDDMM": {"csr": ("CUSPARSE_SDDMM_ALG_DEFAULT",), "bsr": ("CUSPARSE_SDDMM_ALG_DEFAULT",)},
-}
 _PLANNING = "planning asks cuSPARSE for buffer sizes on scratch operands allocated synchronously"
 _N = _lib.CUSPARSE_OPERATION_NON_TRANSPOSE
 _H = _lib.CUSPARSE_OPERATION_CONJUGATE_TRANSPOSE
-
-
-def deterministic_algorithms(kind: str, fmt: str, op_a: int, op_b: int = _N) -> tuple:
-    """The algorithms cuSPARSE documents as bitwise reproducible for operation ``kind``
-    ("SpMV", "SpMM", "SDDMM") on format ``fmt`` with operations ``op_a`` (on the sparse
-    matrix; SDDMM: the first dense factor) and ``op_b``; empty where it documents none."""
-    if kind == "SDDMM":
-        return DETERMINISTIC[kind].get(fmt, ())
-    if op_a != _N or (kind == "SpMM" and fmt == "csr" and op_b == _H):
-        return ()
-    return DETERMINISTIC[kind].get(fmt, ())
-
-
-def _why_none(kind: str, fmt: str, op_a: int) -> tuple[str, str]:
-    """Why cuSPARSE has no deterministic ``kind`` algorithm for this problem, and the way
-    to a problem that has one."""
-    if op_a != _N:
-        return (f"with a transposed A every cuSPARSE {kind} algorithm adds into an output "
-                "element from several threads at once (atomics)",
-                "give the transposed matrix as a CSR matrix of its own (scipy: A.T.tocsr())")
-    if fmt == "csc":
-        return ("cuSPARSE documents no algorithm on CSC as deterministic",
-                "give the matrix as CSR (scipy: A.tocsr())")
-    return ("CUSPARSE_SPMM_CSR_ALG3, the deterministic one on CSR, does not take op_b='H'",
-            "give B's conjugate transpose as an array of its own")
-
-
-def algorithms(kind: str, fmt: str, offered: tuple, alg, deterministic, op_a: int,
-               op_b: int, problem: str) -> tuple[tuple, tuple, object]:
-    """Check ``alg`` and ``deterministic`` for a plan of ``kind`` and give ``(algorithms,
-    the deterministic ones, the mode)``: the candidates to ask cuSPARSE about, in order.
-
-    Raises
-    ------
-    TypeError
-        ``deterministic`` is not True, False or None.
-    ValueError
-        ``alg`` is not offered for the format, or ``deterministic=True`` asks for what
-        cuSPARSE does not document (no deterministic algorithm for the problem, or ``alg``
-        not one).
-    """
-    if deterministic is not None and not isinstance(deterministic, (bool, np.bool_)):
-        raise TypeError(f"{kind}: deterministic must be True, False or None, not "
-                        f"{deterministic!r}")
-    mode = None if deterministic is None else bool(deterministic)
-    det = deterministic_algorithms(kind, fmt, op_a, op_b)
-    if alg is not None:
-        if alg not in offered:
-            raise ValueError(f"{kind}: alg {alg!r} is not offered for {fmt}: "
-                             f"{', '.join(offered)}")
-        if mode is True and alg not in det:
-            raise ValueError(f"{kind}: alg {alg!r} is not deterministic for {problem} (cuSPARSE "
-                             f"documents {', '.join(det) or 'none'} as deterministic there); "
-                             "drop deterministic=True or pick another")
-        offered = (alg,)
-    if mode is True and not det:
-        why, instead = _why_none(kind, fmt, op_a)
-        raise ValueError(f"{kind}: no deterministic algorithm for {problem}: {why}; pass "
-                         "deterministic=False to accept results whose last bits may differ "
-                         f"from run to run, or {instead}")
-    return offered, det, mode
-
-
-def check_bsr_op(kind: str, fmt: str, op_a: int, name: str) -> None:
-    """cuSPARSE's BSR SpMV and SpMM (``BSR_ALG1``, which their default runs on BSR) take
-    ``op(A) = A`` only: refused here, before it asks for every algorithm's buffer size in
-    vain."""
-    if fmt == "bsr" and op_a != _N:
-        raise ValueError(f"{kind}: cuSPARSE's BSR {kind} takes {name}='N' only; give the "
-                         "transposed matrix as one of its own (scipy: A.T.tobsr())")
-
-
-def op_code(op, what: str) -> int:
-    """The cuSPARSE operation of ``op`` ("N", "T", "H", case-insensitive)."""
-    code = OPS.get(op.upper()) if isinstance(op, str) else None
-    if code is None:
-        raise ValueError(f"{what} must be 'N', 'T' or 'H', not {op!r}")
-    return code
+#: ``(address of 1, address of 0, the arrays)`` by compute type (see :func:`unit_scalars`).
+_UNITS: dict = {}
 
 
 def scalar(value, dtype: np.dtype, what: str):
@@ -192,6 +100,18 @@ def scalar(value, dtype: np.dtype, what: str):
             raise TypeError(f"{what} is complex ({value}) but the problem is {dtype}")
         value = complex(value).real
     return np.array(value, dtype=dtype)
+
+
+def unit_scalars(dtype) -> tuple[int, int]:
+    """The addresses of a 1 and a 0 of ``dtype``: read-only host scalars made once per type
+    and kept for the life of the process, the ``alpha`` and ``beta`` of most calls."""
+    dt = np.dtype(dtype)
+    units = _UNITS.get(dt)
+    if units is None:
+        one, zero = np.ones((), dt), np.zeros((), dt)
+        one.flags.writeable = zero.flags.writeable = False
+        units = _UNITS.setdefault(dt, (one.ctypes.data, zero.ctypes.data, one, zero))
+    return units[0], units[1]
 
 
 def dense_desc(a) -> tuple:
@@ -211,10 +131,10 @@ class SparsePlan(Plan):
     the locked launch on the thread's handle with a pool buffer."""
 
     library = "cuSPARSE"
-    #: The algorithms of :attr:`_algs` documented deterministic, and the ``deterministic``
-    #: argument (None, True or False); set by the constructor of a plan that offers several.
+    #: The algorithms of :attr:`_algs` documented deterministic, and whether only those may
+    #: run (``deterministic=``); set by the constructor of a plan that offers several.
     _det: tuple = ()
-    _mode = None
+    _mode = False
 
     def _init_sparse(self, matrix: SparseMatrix, *, weak: bool) -> None:
         self._init_plan(matrix.device)
@@ -223,13 +143,17 @@ class SparsePlan(Plan):
         self._token = matrix.token
         self.format = matrix.format
         self.dtype = matrix.dtype
-        self._cuda = _dtypes.lookup(matrix.dtype).cuda
+        self._compute_dtype = compute_dtype(matrix.dtype)
+        self._cuda = _dtypes.lookup(self._compute_dtype).cuda
+        self._units = unit_scalars(self._compute_dtype)
         self._lock = threading.Lock()
         self._descs: list = []
         self._bufs: list = []
         self._ws = 0
-        # The candidate a timing run of this thread asks for (autotune), else the choice.
-        self._trial = threading.local()
+        #: ``(algorithm, workspace bytes)`` of the choice, what an execution runs.
+        self._run = None
+        #: The address each dense descriptor holds, as last written (under the lock).
+        self._last: list = []
         self._own(_free, self._descs, self._bufs, ctx=matrix.device.raw_context)
 
     @property
@@ -253,8 +177,9 @@ class SparsePlan(Plan):
     @property
     def deterministic(self):
         """Whether the algorithm :meth:`execute` runs is one cuSPARSE documents as giving
-        bitwise-identical results for each run (None before :meth:`plan`; False where
-        cuSPARSE documents nothing, as for the triangular solves and SpGEMM)."""
+        bitwise-identical results for each run, however it was chosen (None before
+        :meth:`plan`; False where cuSPARSE documents nothing, as for the triangular solves
+        and SpGEMM)."""
         if not 0 <= self._choice < len(self._candidates):
             return None
         return bool(self._candidates[self._choice].get("deterministic", False))
@@ -270,6 +195,12 @@ class SparsePlan(Plan):
 
     def _select(self, i: int) -> None:
         self._ws = int(self._candidates[i].get("workspace", 0))
+        self._run = self._trial(i)
+
+    def _trial(self, i: int) -> tuple:
+        """``(algorithm, workspace bytes)`` of candidate ``i``."""
+        c = self._candidates[i]
+        return c["alg"], int(c.get("workspace", 0))
 
     def _stream(self, stream, op):
         s = as_stream(stream, self._device, what=f"{op}: stream")
@@ -278,6 +209,18 @@ class SparsePlan(Plan):
                                 _PLANNING)
             self.plan()
         return s
+
+    def _scalars(self, alpha, beta, op: str):
+        """``(alpha's address, beta's address, arrays to keep alive, beta is 0)`` of host
+        scalars of the compute type.  ``alpha == 1`` and ``beta == 0`` given as Python
+        numbers (the defaults) are the plan's read-only constants."""
+        ta, tb = type(alpha), type(beta)
+        if (ta is float or ta is int) and (tb is float or tb is int) and alpha == 1 \
+                and beta == 0:
+            return self._units[0], self._units[1], None, True
+        a = scalar(alpha, self._compute_dtype, f"{op}: alpha")
+        b = scalar(beta, self._compute_dtype, f"{op}: beta")
+        return a.ctypes.data, b.ctypes.data, (a, b), not b
 
     def _scratch_dense(self, desc, s):
         shape, strides, dt = desc
@@ -303,27 +246,24 @@ class SparsePlan(Plan):
         return out
 
     def _choose(self, kind: str, size_of) -> list[dict]:
-        """The candidates of this plan's ``deterministic`` mode (see the module notes): the
-        deterministic algorithms cuSPARSE takes, unless the mode is False; the others only
-        when the mode is False, or None and cuSPARSE takes no deterministic one."""
+        """The candidates of this plan's ``deterministic`` mode (see the module notes): every
+        algorithm offered that cuSPARSE takes, or with ``deterministic=True`` the
+        deterministic ones only."""
         refused: list = []
-        det = [n for n in self._algs if n in self._det]
-        out = self._offer(det, size_of, refused) if self._mode is not False else []
-        if not out and self._mode is not True:
-            tried = {n for n, _ in refused}
-            out = self._offer([n for n in self._algs if n not in tried], size_of, refused)
+        names = [n for n in self._algs if n in self._det] if self._mode else self._algs
+        out = self._offer(names, size_of, refused)
         if not out:
-            which = "deterministic algorithm" if self._mode is True else "algorithm"
+            which = "deterministic algorithm" if self._mode else "algorithm"
             why = "; ".join(f"{n}: {w}" for n, w in refused) or "none offered"
             raise ValueError(f"{kind}: cuSPARSE takes no {which} for {self._problem()} ({why})")
         return out
 
-    def _sizes(self, kind: str, examples, order, ops) -> list[dict]:
+    def _sizes(self, kind: str, examples, order, ops, setter: str) -> list[dict]:
         """Plan a product ``kind`` ("SpMV", "SpMM", "SDDMM"): the matrix's descriptor
         (``_sp``), those of scratch arrays like the dense ``examples`` (``[((shape,
-        strides, dtype), name)]``; ``_dn``), and the buffer size of each algorithm offered.
-        ``order(sparse, *dense)`` puts the descriptors in the call's order; ``ops`` are the
-        call's operations."""
+        strides, dtype), name)]``; ``_dn``, whose addresses ``setter`` writes), and the
+        buffer size of each algorithm offered.  ``order(sparse, *dense)`` puts the
+        descriptors in the call's order; ``ops`` are the call's operations."""
         refuse_in_capture(f"planning {kind}", _PLANNING)
         dev = self._device
         s = as_stream(None, dev)
@@ -335,62 +275,84 @@ class SparsePlan(Plan):
                         for a, (_, name) in zip(arrays, examples)]
             mats = order(self._sp.raw, *(d.raw for d in self._dn))
             h = cusparse_handle(dev, s.raw_handle)
-            one, zero = scalar(1, self.dtype, "alpha"), scalar(0, self.dtype, "beta")
+            one, zero = self._units
             fn = f"cusparse{kind}_bufferSize"
-            query = getattr(_lib.get(), fn)
+            L = _lib.get()
+            query = getattr(L, fn)
 
             def size(alg):
                 n = ctypes.c_size_t()
-                st = query(h, *ops, one.ctypes.data, mats[0], mats[1], zero.ctypes.data,
-                           mats[2], self._cuda, alg, ctypes.byref(n))
+                st = query(h, *ops, one, mats[0], mats[1], zero, mats[2], self._cuda, alg,
+                           ctypes.byref(n))
                 if st:
                     raise_for(st, fn, repr(self))
                 return n.value
             try:
-                return self._choose(kind, size)
+                cands = self._choose(kind, size)
             except BaseException:
                 # Planning may be tried again: the next try makes its own descriptors.
                 while self._descs:
                     self._descs.pop().close()
                 raise
+            # What every execution passes around its scalars: (ops, alpha, the first two
+            # descriptors, beta, the last one, the compute type).
+            self._call = (getattr(L, f"cusparse{kind}"), f"cusparse{kind}")
+            self._head, self._mid, self._tail = tuple(ops), mats[:2], (mats[2], self._cuda)
+            self._bind(self._dn, setter)
+            return cands
         finally:
             for a in arrays:
                 a.close()
 
-    def _launch(self, s, setters, call, fn: str) -> None:
-        """Queue one call on stream ``s``: take the buffer from the pool, then under the
-        lock write the operands' addresses (``setters``: ``(function, descriptor,
-        address)``) and make ``call(handle, alg, buffer)``; the buffer goes back after."""
-        dev = self._device
-        i = getattr(self._trial, "i", None)
-        cand = self._candidates[self._choice if i is None else i]
-        ws = cand["workspace"]
-        buf = dev.memory_pool.allocate(ws, s) if ws else None
-        L = _lib.get()
+    def _bind(self, dense, setter: str) -> None:
+        """Prepare the hot path once the descriptors exist: the function that writes an
+        address into the ``dense`` descriptors (``setter``), their raw handles, the
+        addresses they hold (none known yet), the context and pool each execution uses."""
+        self._set = (getattr(_lib.get(), setter), setter)
+        self._set_raw = tuple(d.raw for d in dense)
+        self._last = [None] * len(dense)
+        self._ctx_set = _drv.get().cuCtxSetCurrent
+        self._ctx = self._device.raw_context
+        self._pool = self._device.memory_pool
+
+    def _launch(self, s, run, addrs, call, args, tail=None) -> None:
+        """Queue ``fn(handle, *args, algorithm, buffer)`` (``call``: ``(fn, name)``;
+        ``tail`` in the buffer's place if given) on stream ``s`` with candidate ``run``
+        (``(algorithm, workspace bytes)``): the buffer from the pool on ``s`` (none for an
+        algorithm that needs none), then under the lock each dense descriptor whose address
+        differs from ``addrs`` rewritten and the call queued; the buffer goes back after."""
+        alg, ws = run
+        buf = self._pool.allocate(ws, s) if ws else None
         try:
+            self._ctx_set(self._ctx)
+            h = cusparse_handle(self._device, s.raw_handle)
             with self._lock:
-                _drv.get().cuCtxSetCurrent(dev.raw_context)
-                h = cusparse_handle(dev, s.raw_handle)
-                for f, d, p in setters:
-                    st = getattr(L, f)(d, p or None)
-                    if st:
-                        raise_for(st, f, repr(self))
-                st = call(h, cand["alg"], buf.ptr if buf is not None else None)
+                last = self._last
+                for i, p in enumerate(addrs):
+                    if last[i] != p:
+                        last[i] = None          # unknown until the write succeeds
+                        st = self._set[0](self._set_raw[i], p or None)
+                        if st:
+                            raise_for(st, self._set[1], repr(self))
+                        last[i] = p
+                st = call[0](h, *args, alg, tail if tail is not None else
+                             buf.ptr if buf is not None else None)
         finally:
             if buf is not None:
                 buf.close()
         if st:
-            raise_for(st, fn, repr(self))
+            raise_for(st, call[1], repr(self))
 
-    def _trial_runner(self, go):
-        """``run(i)`` for the one timer: ``go()`` with candidate ``i`` in this thread only."""
-        def run(i):
-            self._trial.i = i
-            try:
-                go()
-            finally:
-                self._trial.i = None
-        return run
+    @contextlib.contextmanager
+    def _runner(self, stream):
+        """``run(i)`` for the one timer: candidate ``i`` on scratch operands like the plan's,
+        in the timing thread only (the choice stays as it is for other threads)."""
+        args = [self._scratch_dense(d, stream) for d in self._run_descs()]
+        try:
+            yield lambda i: self._execute(*args, 1.0, 0.0, stream, self._trial(i))
+        finally:
+            for a in args:
+                a.close()
 
     def _problem(self) -> str:
         return f"{self.format} {self.matrix_shape} {np.dtype(self.dtype).name}"
@@ -402,18 +364,19 @@ class SpMV(SparsePlan):
     Parameters
     ----------
     A : CSR, CSC, COO or BSR
-        The matrix (held by the plan).
+        The matrix (held by the plan).  cuSPARSE's SpMV does not take Blocked-ELL.
     op : {"N", "T", "H"}, default "N"
         ``A``, its transpose, or its conjugate transpose (BSR: "N" only).
     alg : str, optional
-        One cuSPARSE algorithm (``"CUSPARSE_SPMV_CSR_ALG2"``); by default the algorithms
-        cuSPARSE offers for the format that ``deterministic`` admits are the candidates
-        (:meth:`autotune` times them), in :data:`SPMV_ALGS`' order.
-    deterministic : bool or None, default None
-        None: only the algorithms cuSPARSE documents as bitwise reproducible where it has
-        any for the problem (``CSR_ALG2``, ``COO_ALG2``, ``BSR_ALG1``, all for ``op="N"``),
-        else every one; True: only those, refused here where there are none; False: every
-        one (see the module notes).  :attr:`deterministic` tells what the plan runs.
+        One cuSPARSE algorithm (``"CUSPARSE_SPMV_CSR_ALG2"``); by default every algorithm
+        cuSPARSE offers for the format that ``deterministic`` admits is a candidate, in
+        :data:`SPMV_ALGS`' order (cuSPARSE's default first: what runs without
+        :meth:`autotune`, which times them all).
+    deterministic : bool, default False
+        True: only the algorithms cuSPARSE documents as bitwise reproducible (``CSR_ALG2``,
+        ``COO_ALG2``, ``BSR_ALG1``, all for ``op="N"``; slower), refused here where there are
+        none; False: every one (see the module notes).  :attr:`deterministic` tells what the
+        plan runs.
 
     Notes
     -----
@@ -423,11 +386,15 @@ class SpMV(SparsePlan):
 
     kind = "cusparse_spmv"
 
-    def __init__(self, A, *, op="N", alg=None, deterministic=None, _weak=False):
+    def __init__(self, A, *, op="N", alg=None, deterministic=False, _weak=False):
         A = matrix_operand(A, "A", "SpMV")
+        if A.format not in SPMV_ALGS:
+            raise ValueError("SpMV: A is Blocked-ELL, which cuSPARSE's SpMV does not take "
+                             "(it takes CSR, CSC, COO and BSR); multiply by a one-column b "
+                             "with SpMM, or give A in another format (A.to_scipy() is BSR)")
         self.op = op_code(op, "SpMV: op")
         self._op_name = op.upper()
-        check_bsr_op("SpMV", A.format, self.op, "op")
+        check_op_a("SpMV", A.format, self.op, "op")
         problem = f"{self._op_name}({A.format} {A.shape}) @ x"
         self._algs, self._det, self._mode = algorithms(
             "SpMV", A.format, SPMV_ALGS[A.format], alg, deterministic, self.op, _N, problem)
@@ -444,10 +411,13 @@ class SpMV(SparsePlan):
         return ["spmv", m.format, m.shape, m.nnz, str(m.index_dtype), str(self.dtype),
                 self._op_name, {"deterministic": self._mode, "algs": list(self._algs)}]
 
+    def _run_descs(self):
+        return (((self.n_in,), None, self.dtype), ((self.n_out,), None, self.dtype))
+
     def _heuristics(self) -> list[dict]:
-        return self._sizes("SpMV", [(((self.n_in,), None, self.dtype), "x"),
-                                    (((self.n_out,), None, self.dtype), "out")],
-                           lambda sp_, x, y: (sp_, x, y), (self.op,))
+        x, y = self._run_descs()
+        return self._sizes("SpMV", [(x, "x"), (y, "out")], lambda sp_, x, y: (sp_, x, y),
+                           (self.op,), "cusparseDnVecSetValues")
 
     def execute(self, x, out=None, *, alpha=1.0, beta=0.0, stream=None):
         """Queue ``out = alpha * op(A) @ x + beta * out`` on ``stream``.
@@ -467,6 +437,13 @@ class SpMV(SparsePlan):
         DeviceArray
             ``out``.
         """
+        return self._execute(x, out, alpha, beta, stream, None)
+
+    __call__ = execute
+
+    def _execute(self, x, out, alpha, beta, stream, run):
+        """:meth:`execute` with candidate ``run`` (``(algorithm, workspace)``; None: the
+        choice)."""
         op = "SpMV.execute"
         self._live()
         m = self.matrix
@@ -476,10 +453,11 @@ class SpMV(SparsePlan):
         if x.shape[0] != self.n_in:
             raise ValueError(f"{op}: x has length {x.shape[0]}; {self._op_name}(A) of shape "
                              f"{m.shape} takes {self.n_in}")
-        a, b = scalar(alpha, self.dtype, f"{op}: alpha"), scalar(beta, self.dtype, f"{op}: beta")
+        # The scalars' arrays (if any) stay alive in _keep until the call is queued.
+        a_p, b_p, _keep, zero = self._scalars(alpha, beta, op)
         s = self._stream(stream, op)
         if out is None:
-            if b != 0:
+            if not zero:
                 raise ValueError(f"{op}: beta is {beta} but no out was given to scale")
             out = empty((self.n_out,), self.dtype, device=dev, stream=s)
         else:
@@ -488,32 +466,13 @@ class SpMV(SparsePlan):
             if out.shape[0] != self.n_out:
                 raise ValueError(f"{op}: out has length {out.shape[0]}; {self._op_name}(A) of "
                                  f"shape {m.shape} writes {self.n_out}")
-        L = _lib.get()
-        ad, xd, yd = self._sp.raw, self._dn[0].raw, self._dn[1].raw
-        self._launch(s, (("cusparseDnVecSetValues", xd, x.address),
-                         ("cusparseDnVecSetValues", yd, out.address)),
-                     lambda h, alg, buf: L.cusparseSpMV(h, self.op, a.ctypes.data, ad, xd,
-                                                         b.ctypes.data, yd, self._cuda, alg,
-                                                         buf), "cusparseSpMV")
+        self._launch(s, run or self._run, (x.address, out.address), self._call,
+                     (*self._head, a_p, *self._mid, b_p, *self._tail))
         return out
-
-    __call__ = execute
-
-    @contextlib.contextmanager
-    def _runner(self, stream):
-        dev = self._device
-        x = scratch((self.n_in,), self.dtype, dev, stream)
-        y = scratch((self.n_out,), self.dtype, dev, stream)
-
-        try:
-            yield self._trial_runner(lambda: self.execute(x, y, stream=stream))
-        finally:
-            x.close()
-            y.close()
 
 
 def _dense_check(arr, desc, name: str, op: str) -> None:
-    if dense_desc(arr) != desc:
+    if (arr.shape, arr.strides, arr.dtype) != desc:
         raise ValueError(f"{op}: {name} has shape {arr.shape}, strides {arr.strides}, dtype "
                          f"{arr.dtype}; the plan was made for shape {desc[0]}, strides "
                          f"{desc[1]}, dtype {desc[2]}")
@@ -536,16 +495,6 @@ class _DensePair(SparsePlan):
             out_desc = dense_desc(out)
         return dense_desc(b), out_desc
 
-    @contextlib.contextmanager
-    def _runner(self, stream):
-        args = [self._scratch_dense(d, stream) for d in self._run_descs()]
-
-        try:
-            yield self._trial_runner(lambda: self.execute(*args, stream=stream))
-        finally:
-            for a in args:
-                a.close()
-
 
 class SpMM(_DensePair):
     """``C = alpha * op_a(A) @ op_b(B) + beta * C`` (``cusparseSpMM``): a sparse matrix
@@ -553,28 +502,37 @@ class SpMM(_DensePair):
 
     Parameters
     ----------
-    A : CSR, CSC, COO or BSR
+    A : CSR, CSC, COO, BSR or BlockedELL
     b : DeviceArray or CUDA array-like
         An example of ``B``: 2-D, ``A``'s dtype, row- or column-major; every execution takes
         arrays of exactly its shape, strides and dtype.
     out : DeviceArray or CUDA array-like, optional
         An example of ``C``; default a C-contiguous ``(op_a(A).shape[0], op_b(B).shape[1])``.
     op_a, op_b : {"N", "T", "H"}
-        BSR takes ``op_a="N"`` only.
+        BSR and Blocked-ELL take ``op_a="N"`` only; Blocked-ELL takes ``op_b`` "N" or "T".
     alg : str, optional
-        One algorithm; by default those cuSPARSE offers for the format and layouts that
-        ``deterministic`` admits are the candidates, in :data:`SPMM_ALGS`' order, and
-        :meth:`autotune` picks the fastest (kept in the tuning store).
-    deterministic : bool or None, default None
-        None: only the algorithms cuSPARSE documents as bitwise reproducible where it has
-        any for the problem (``CSR_ALG3``, ``COO_ALG2``, ``BSR_ALG1``, all for
-        ``op_a="N"``), else every one; True: only those, refused here where there are none;
+        One algorithm; by default every one cuSPARSE offers for the format and layouts that
+        ``deterministic`` admits is a candidate, in :data:`SPMM_ALGS`' order (cuSPARSE's
+        default first: what runs without :meth:`autotune`, which picks the fastest and keeps
+        it in the tuning store).
+    deterministic : bool, default False
+        True: only the algorithms cuSPARSE documents as bitwise reproducible (``CSR_ALG3``,
+        ``COO_ALG2``, ``BSR_ALG1``, all for ``op_a="N"``; often much slower), refused here
+        where there are none (CSC, Blocked-ELL, a transposed ``A``, CSR with ``op_b="H"``);
         False: every one (see the module notes).
+
+    Notes
+    -----
+    Blocked-ELL (:class:`~cudalibs.cusparse.BlockedELL`) runs on tensor cores: float16
+    from compute capability 7.0, bfloat16, float32 and float64 from 8.0, refused here on an
+    older device; float16 and bfloat16 are computed in float32 and written in their own type,
+    and float32 is multiplied at TF32 precision (errors near 1e-4; BSR and CSR keep float32's
+    accuracy).
     """
 
     kind = "cusparse_spmm"
 
-    def __init__(self, A, b, out=None, *, op_a="N", op_b="N", alg=None, deterministic=None,
+    def __init__(self, A, b, out=None, *, op_a="N", op_b="N", alg=None, deterministic=False,
                  _weak=False):
         op = "SpMM"
         A = matrix_operand(A, "A", op)
@@ -582,7 +540,8 @@ class SpMM(_DensePair):
         self._dev0 = A.device
         self.op_a, self.op_b = op_code(op_a, f"{op}: op_a"), op_code(op_b, f"{op}: op_b")
         self._ops = (op_a.upper(), op_b.upper())
-        check_bsr_op(op, A.format, self.op_a, "op_a")
+        check_op_a(op, A.format, self.op_a, "op_a")
+        check_blocked_ell_spmm(A, self.op_b)
         rows, cols = A.shape
         m, k = (rows, cols) if self.op_a == 0 else (cols, rows)
         b_arr = operand(b, "b", op, device=A.device, dtypes=(A.dtype,), ndim=2)
@@ -620,7 +579,8 @@ class SpMM(_DensePair):
 
     def _heuristics(self) -> list[dict]:
         return self._sizes("SpMM", [(self.b_desc, "b"), (self.out_desc, "out")],
-                           lambda sp_, b, c: (sp_, b, c), (self.op_a, self.op_b))
+                           lambda sp_, b, c: (sp_, b, c), (self.op_a, self.op_b),
+                           "cusparseDnMatSetValues")
 
     def execute(self, b, out=None, *, alpha=1.0, beta=0.0, stream=None):
         """Queue ``out = alpha * op_a(A) @ op_b(b) + beta * out`` on ``stream``.
@@ -629,32 +589,31 @@ class SpMM(_DensePair):
         ``out`` defaults to a new C-contiguous array (for a plan made so; ``beta`` must then
         be 0).  Returns ``out``.
         """
+        return self._execute(b, out, alpha, beta, stream, None)
+
+    __call__ = execute
+
+    def _execute(self, b, out, alpha, beta, stream, run):
         op = "SpMM.execute"
         self._live()
         self.matrix     # noqa: B018 - raises when the matrix is gone
         dev = self._device
         b = operand(b, "b", op, device=dev, dtypes=(self.dtype,), ndim=2, stream=stream)
         _dense_check(b, self.b_desc, "b", op)
-        a, bt = scalar(alpha, self.dtype, f"{op}: alpha"), scalar(beta, self.dtype, f"{op}: beta")
+        # The scalars' arrays (if any) stay alive in _keep until the call is queued.
+        a_p, b_p, _keep, zero = self._scalars(alpha, beta, op)
         s = self._stream(stream, op)
-        out = self._out(out, bt, beta, s, op, stream)
-        L = _lib.get()
-        ad, bd, cd = self._sp.raw, self._dn[0].raw, self._dn[1].raw
-        self._launch(s, (("cusparseDnMatSetValues", bd, b.address),
-                         ("cusparseDnMatSetValues", cd, out.address)),
-                     lambda h, alg, buf: L.cusparseSpMM(h, self.op_a, self.op_b, a.ctypes.data,
-                                                         ad, bd, bt.ctypes.data, cd, self._cuda,
-                                                         alg, buf), "cusparseSpMM")
+        out = self._out(out, zero, beta, s, op, stream)
+        self._launch(s, run or self._run, (b.address, out.address), self._call,
+                     (*self._head, a_p, *self._mid, b_p, *self._tail))
         return out
 
-    __call__ = execute
-
-    def _out(self, out, bt, beta, s, op, stream):
+    def _out(self, out, zero, beta, s, op, stream):
         if out is None:
             shape, strides, dt = self.out_desc
             if strides != (shape[1] * dt.itemsize, dt.itemsize):
                 raise ValueError(f"{op}: this plan was made for a strided out; pass out=")
-            if bt != 0:
+            if not zero:
                 raise ValueError(f"{op}: beta is {beta} but no out was given to scale")
             return empty(shape, dt, device=self._device, stream=s)
         out = operand(out, "out", op, device=self._device, dtypes=(self.dtype,), ndim=2,
@@ -673,6 +632,7 @@ class SDDMM(_DensePair):
         Examples of the dense factors (2-D, ``C``'s dtype, row- or column-major).
     C : CSR or BSR
         The sparse matrix whose pattern is sampled and whose values are written.
+        cuSPARSE's SDDMM takes no other format (no Blocked-ELL).
     op_a, op_b : {"N", "T", "H"}
 
     Notes
@@ -721,10 +681,16 @@ class SDDMM(_DensePair):
 
     def _heuristics(self) -> list[dict]:
         return self._sizes("SDDMM", [(self.a_desc, "a"), (self.b_desc, "b")],
-                           lambda sp_, a, b: (a, b, sp_), (self.op_a, self.op_b))
+                           lambda sp_, a, b: (a, b, sp_), (self.op_a, self.op_b),
+                           "cusparseDnMatSetValues")
 
     def execute(self, a, b, *, alpha=1.0, beta=0.0, stream=None) -> SparseMatrix:
         """Queue the sampled product into ``C``'s values on ``stream``; returns ``C``."""
+        return self._execute(a, b, alpha, beta, stream, None)
+
+    __call__ = execute
+
+    def _execute(self, a, b, alpha, beta, stream, run):
         op = "SDDMM.execute"
         self._live()
         C = self.matrix
@@ -733,17 +699,9 @@ class SDDMM(_DensePair):
         b = operand(b, "b", op, device=dev, dtypes=(self.dtype,), ndim=2, stream=stream)
         _dense_check(a, self.a_desc, "a", op)
         _dense_check(b, self.b_desc, "b", op)
-        al, bt = scalar(alpha, self.dtype, f"{op}: alpha"), scalar(beta, self.dtype, f"{op}: beta")
+        # The scalars' arrays (if any) stay alive in _keep until the call is queued.
+        a_p, b_p, _keep, _ = self._scalars(alpha, beta, op)
         s = self._stream(stream, op)
-        L = _lib.get()
-        cd, ad, bd = self._sp.raw, self._dn[0].raw, self._dn[1].raw
-        self._launch(s, (("cusparseDnMatSetValues", ad, a.address),
-                         ("cusparseDnMatSetValues", bd, b.address)),
-                     lambda h, alg, buf: L.cusparseSDDMM(h, self.op_a, self.op_b,
-                                                          al.ctypes.data, ad, bd, bt.ctypes.data,
-                                                          cd, self._cuda, alg, buf),
-                     "cusparseSDDMM")
+        self._launch(s, run or self._run, (a.address, b.address), self._call,
+                     (*self._head, a_p, *self._mid, b_p, *self._tail))
         return C
-
-    __call__ = execute
-

@@ -23,7 +23,7 @@ from . import _lib
 from ._base import raise_for
 from .handle import cusparse_handle
 from .matrix import Descriptor, dense_descriptor, dense_layout, descriptor, matrix_operand
-from .plan import SparsePlan, dense_desc, op_code, scalar
+from .plan import SparsePlan, dense_desc, op_code
 
 __all__ = ["SpSV", "SpSM"]
 
@@ -76,16 +76,18 @@ class _Triangular(SparsePlan):
             _drv.get().cuCtxSetCurrent(self._device.raw_context)
             self._a = self._matrix_descriptor()
             self._d = [self._keep(dense_descriptor(a, name, kind)) for a, name in dense]
+            self._bind(self._d, "cusparseDnVecSetValues" if kind == "SpSV" else
+                       "cusparseDnMatSetValues")
             raw = getattr(_lib, f"cusparse{kind}Descr_t")()
             st = getattr(L, f"cusparse{kind}_createDescr")(ctypes.byref(raw))
             if st:
                 raise_for(st, f"cusparse{kind}_createDescr", repr(self))
             self._solve = self._keep(Descriptor(raw, getattr(L, f"cusparse{kind}_destroyDescr")))
             h = cusparse_handle(self._device, s.raw_handle)
-            one = scalar(1, self.dtype, "alpha")
             ops = (self.op,) if kind == "SpSV" else (self.op, self.op_b)
-            args = (h, *ops, one.ctypes.data, self._a.raw, *(d.raw for d in self._d),
+            args = (h, *ops, self._units[0], self._a.raw, *(d.raw for d in self._d),
                     self._cuda, alg, self._solve.raw)
+            self._call = (getattr(L, f"cusparse{kind}_solve"), f"cusparse{kind}_solve")
             ws = self._analyse(f"cusparse{kind}_bufferSize", f"cusparse{kind}_analysis", args,
                                s)
         finally:
@@ -108,14 +110,18 @@ class _Triangular(SparsePlan):
         s.sync()
         return n.value
 
+    def _solve_call(self, s, rhs, out, ops, a_p) -> None:
+        """Queue the solve of checked operands: ``cusparse{kind}_solve(handle, *ops, alpha,
+        A, rhs, out, compute type, algorithm, the solve's descriptor)``."""
+        self._launch(s, self._run, (rhs.address, out.address), self._call,
+                     (*ops, a_p, self._a.raw, *self._set_raw, self._cuda),
+                     tail=self._solve.raw)
+
     def _problem(self) -> str:
         tri = "lower" if self.lower else "upper"
         diag = ", unit diagonal" if self.unit_diagonal else ""
         return (f"{self._op_name}({self.format} {self.matrix_shape}, {tri}{diag}) \\ "
                 f"{self._rhs()}, {self.dtype}")
-
-    def _select(self, i: int) -> None:
-        pass
 
     def _workspace_bytes(self) -> int:
         return sum(b.size for b in self._bufs)
@@ -165,7 +171,8 @@ class SpSV(_Triangular):
                     stream=stream)
         if x.shape[0] != n:
             raise ValueError(f"{op}: x has length {x.shape[0]}; A is {self.matrix_shape}")
-        a = scalar(alpha, self.dtype, f"{op}: alpha")
+        # The scalar's array (if any) stays alive in _keep until the call is queued.
+        a_p, _, _keep, _ = self._scalars(alpha, 0, op)
         s = self._stream(stream, op)
         if out is None:
             out = empty((n,), self.dtype, device=dev, stream=s)
@@ -175,13 +182,7 @@ class SpSV(_Triangular):
             if out.shape[0] != n:
                 raise ValueError(f"{op}: out has length {out.shape[0]}; A is "
                                  f"{self.matrix_shape}")
-        L = _lib.get()
-        ad, xd, yd, sv = self._a.raw, self._d[0].raw, self._d[1].raw, self._solve.raw
-        self._launch(s, (("cusparseDnVecSetValues", xd, x.address),
-                         ("cusparseDnVecSetValues", yd, out.address)),
-                     lambda h, alg, buf: L.cusparseSpSV_solve(h, self.op, a.ctypes.data, ad,
-                                                               xd, yd, self._cuda, alg, sv),
-                     "cusparseSpSV_solve")
+        self._solve_call(s, x, out, (self.op,), a_p)
         return out
 
     __call__ = execute
@@ -241,7 +242,8 @@ class SpSM(_Triangular):
         if dense_desc(b) != self.b_desc:
             raise ValueError(f"{op}: b has shape {b.shape}, strides {b.strides}; the plan was "
                              f"made for shape {self.b_desc[0]}, strides {self.b_desc[1]}")
-        a = scalar(alpha, self.dtype, f"{op}: alpha")
+        # The scalar's array (if any) stays alive in _keep until the call is queued.
+        a_p, _, _keep, _ = self._scalars(alpha, 0, op)
         s = self._stream(stream, op)
         if out is None:
             out = empty(self.out_shape, self.dtype, device=dev, stream=s)
@@ -251,14 +253,7 @@ class SpSM(_Triangular):
             if out.shape != self.out_shape:
                 raise ValueError(f"{op}: out has shape {out.shape}; the solution is "
                                  f"{self.out_shape}")
-        L = _lib.get()
-        ad, bd, cd, sm = self._a.raw, self._d[0].raw, self._d[1].raw, self._solve.raw
-        self._launch(s, (("cusparseDnMatSetValues", bd, b.address),
-                         ("cusparseDnMatSetValues", cd, out.address)),
-                     lambda h, alg, buf: L.cusparseSpSM_solve(h, self.op, self.op_b,
-                                                               a.ctypes.data, ad, bd, cd,
-                                                               self._cuda, alg, sm),
-                     "cusparseSpSM_solve")
+        self._solve_call(s, b, out, (self.op, self.op_b), a_p)
         return out
 
     __call__ = execute

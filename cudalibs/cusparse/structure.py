@@ -12,6 +12,11 @@ that is merely unsorted or duplicated (what scipy's ``tobsr`` and ``tocoo`` give
 assembled entry by entry): sorted, duplicates summed in their stored order -- the matrix
 scipy means by those arrays.  Offsets and indices that are wrong (out of range, decreasing
 offsets) are still errors: no copy could mean what the caller meant.
+
+Blocked-ELL (:func:`check_blocked_ell` and the conversions after it) has no offsets: each
+block row owns the same number of slots, a slot holding a block column or -1 (empty).  Its
+canonical form has each block row's block columns strictly increasing, the empty slots
+last; the conversions to and from BSR and dense host matrices make and read that form.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["INDEX_DTYPES", "VALUE_DTYPES", "check_shape", "check_compressed", "check_coo",
-           "canonical_compressed", "canonical_coo", "index_dtype_for"]
+           "canonical_compressed", "canonical_coo", "index_dtype_for", "check_blocked_ell",
+           "bsr_to_blocked_ell", "blocked_ell_blocks", "blocked_ell_to_bsr",
+           "blocked_ell_to_dense", "blocked_ell_pattern", "dense_to_blocked_ell_values"]
 
 #: Index types cuSPARSE's generic API takes (``CUSPARSE_INDEX_32I``, ``CUSPARSE_INDEX_64I``).
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -221,3 +228,130 @@ def check_coo(row, col, rows: int, cols: int, what: str) -> None:
                          f"({int(row[k - 1])}, {int(col[k - 1])}): {why}; cuSPARSE needs COO "
                          "entries sorted by row, then column, without duplicates "
                          "(scipy: .sum_duplicates(), torch: .coalesce())")
+
+
+# -- Blocked-ELL ----------------------------------------------------------------------------
+# A Blocked-ELL matrix of square b x b blocks stores, for each of its rows // b block rows,
+# the same number W of block slots: ell_col_ind[r, s] is the block column of slot s of block
+# row r, or -1 for an empty slot, and the slot's block is values[r*b:(r+1)*b, s*b:(s+1)*b]
+# (values is rows x W*b, row-major).  Canonical: in each block row the block columns strictly
+# increase, and the empty slots (-1) come after the last stored block.
+
+
+def check_blocked_ell(ell_col_ind, block_cols: int, what: str) -> None:
+    """Check Blocked-ELL column indices (a 2-D host array, ``[block rows, slots]``):
+    every entry a block column in ``[0, block_cols)`` or -1 (an empty slot), and canonical
+    -- in each block row strictly increasing block columns, the -1 padding after them.
+
+    Raises
+    ------
+    ValueError
+        Naming the first wrong entry (block row and slot) and why.
+    """
+    ell = np.asarray(ell_col_ind)
+    if ell.ndim != 2:
+        raise ValueError(f"{what}: ell_col_ind must be 2-D (block rows, slots), got shape "
+                         f"{ell.shape}")
+    if ell.size == 0:
+        return
+    bad = (ell < -1) | (ell >= block_cols)
+    if bad.any():
+        r, s = np.argwhere(bad)[0]
+        raise ValueError(f"{what}: ell_col_ind[{r}, {s}] is {int(ell[r, s])}; a block column "
+                         f"index is in [0, {block_cols}) for {block_cols} block columns, or -1 "
+                         "for an empty slot")
+    empty = ell < 0
+    # An empty slot followed by a stored block in the same block row.
+    late = ~empty[:, 1:] & empty[:, :-1]
+    if late.any():
+        r, s = np.argwhere(late)[0]
+        raise ValueError(f"{what}: block row {r} stores block column {int(ell[r, s + 1])} in "
+                         f"slot {s + 1} after an empty slot (-1) in slot {s}; the -1 padding "
+                         "must come after a block row's last stored block")
+    wrong = ~empty[:, 1:] & (np.diff(ell, axis=1) <= 0)
+    if wrong.any():
+        r, s = np.argwhere(wrong)[0]
+        why = "a duplicate" if ell[r, s + 1] == ell[r, s] else "unsorted"
+        raise ValueError(f"{what}: block row {r} is not canonical: block column "
+                         f"{int(ell[r, s + 1])} in slot {s + 1} follows {int(ell[r, s])} "
+                         f"({why}); each block row needs strictly increasing block columns")
+
+
+def bsr_to_blocked_ell(indptr, indices, data, block_rows: int):
+    """``(ell_col_ind, values)`` of a canonical BSR matrix (``data``: ``(blocks, b, b)``):
+    each block row's blocks in order, padded with empty slots (-1, zero values) to the
+    widest block row's count (at least one slot)."""
+    indptr, indices, data = np.asarray(indptr), np.asarray(indices), np.asarray(data)
+    b = data.shape[1]
+    counts = np.diff(indptr).astype(np.int64)
+    width = max(int(counts.max(initial=0)), 1)
+    rows_of = np.repeat(np.arange(block_rows, dtype=np.int64), counts)
+    slot = np.arange(indices.size, dtype=np.int64) - np.repeat(indptr[:-1].astype(np.int64),
+                                                               counts)
+    ell = np.full((block_rows, width), -1, dtype=np.int32)
+    ell[rows_of, slot] = indices
+    values = np.zeros((block_rows, b, width, b), dtype=data.dtype)
+    values[rows_of, :, slot, :] = data
+    return ell, values.reshape(block_rows * b, width * b)
+
+
+def blocked_ell_blocks(ell_col_ind, values, b: int):
+    """The stored blocks of a Blocked-ELL matrix in slot order: ``(block rows, block
+    columns, blocks)`` (``blocks``: ``(n, b, b)``), the empty slots left out."""
+    ell = np.asarray(ell_col_ind)
+    values = np.asarray(values)
+    r, s = np.nonzero(ell >= 0)
+    width = ell.shape[1] if ell.ndim == 2 else 0
+    blocks = values.reshape(ell.shape[0], b, width, b)[r, :, s, :]
+    return r, ell[r, s], blocks
+
+
+def blocked_ell_to_bsr(ell_col_ind, values, b: int):
+    """``(indptr, indices, data)`` of the BSR matrix holding a Blocked-ELL matrix's stored
+    blocks (int32 indices; ``data``: ``(blocks, b, b)``)."""
+    ell = np.asarray(ell_col_ind)
+    r, c, blocks = blocked_ell_blocks(ell, values, b)
+    indptr = np.zeros(ell.shape[0] + 1, dtype=np.int32)
+    np.cumsum(np.bincount(r, minlength=ell.shape[0]), out=indptr[1:])
+    return indptr, c.astype(np.int32), blocks
+
+
+def blocked_ell_to_dense(ell_col_ind, values, b: int, shape):
+    """The dense host matrix of a Blocked-ELL matrix, in ``values``' dtype (blocks stored
+    twice are summed, as a product reads them)."""
+    values = np.asarray(values)
+    rows, cols = shape
+    r, c, blocks = blocked_ell_blocks(ell_col_ind, values, b)
+    wide = np.float64 if values.dtype.itemsize == 8 else np.float32
+    dense = np.zeros((rows // b, b, cols // b, b), dtype=wide)
+    np.add.at(dense, (r, slice(None), c, slice(None)), blocks.astype(wide))
+    return dense.reshape(rows, cols).astype(values.dtype)
+
+
+def blocked_ell_pattern(dense, b: int):
+    """Blocked-ELL column indices of a dense host matrix's non-zero blocks: each block row's
+    block columns in order, padded with -1 to the widest block row (at least one slot)."""
+    dense = np.asarray(dense)
+    rows, cols = dense.shape
+    nz = (dense.reshape(rows // b, b, cols // b, b) != 0).any(axis=(1, 3))
+    counts = nz.sum(axis=1)
+    width = max(int(counts.max(initial=0)), 1)
+    r, c = np.nonzero(nz)
+    slot = np.arange(r.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    ell = np.full((rows // b, width), -1, dtype=np.int32)
+    ell[r, slot] = c
+    return ell
+
+
+def dense_to_blocked_ell_values(dense, ell_col_ind, b: int):
+    """The Blocked-ELL values of a dense host matrix for given column indices: each stored
+    slot holds its block of ``dense``, each empty slot zeros; entries outside the pattern
+    are left out."""
+    dense = np.asarray(dense)
+    ell = np.asarray(ell_col_ind)
+    rows, cols = dense.shape
+    width = ell.shape[1]
+    values = np.zeros((rows // b, b, width, b), dtype=dense.dtype)
+    r, s = np.nonzero(ell >= 0)
+    values[r, :, s, :] = dense.reshape(rows // b, b, cols // b, b)[r, :, ell[r, s], :]
+    return values.reshape(rows, width * b)

@@ -2,7 +2,9 @@
 file: :mod:`~cudalibs.kernels.elementwise`, :mod:`~cudalibs.kernels.matmul`,
 :mod:`~cudalibs.kernels.softmax`, :mod:`~cudalibs.kernels.layout`,
 :mod:`~cudalibs.kernels.wmma`, :mod:`~cudalibs.kernels.train` (losses, optimizers, embeddings,
-pooling for training); every function is re-exported here.
+pooling for training), :mod:`~cudalibs.kernels.fp8` (amax, fp8 quantization, delayed scaling),
+:mod:`~cudalibs.kernels.grouped` (the grouped GEMM of mixture-of-experts layers, its group
+sizes read from device memory, a plan); every function is re-exported here.
 
 One function per operation, taking :class:`~cudalibs.DeviceArray` objects (or anything
 :func:`cudalibs.asarray` accepts: PyTorch and CuPy arrays, any ``__cuda_array_interface__`` or
@@ -47,12 +49,20 @@ embedding(_backward)                     float32, float16, bfloat16 rows; int32/
                                          float32 gradient (atomic scatter-add)
 global_avg_pool(_backward)               float32, float16, bfloat16
 step_increment                           int32 device counter
+amax, quantize_fp8                       float32, float16, bfloat16 in; fp8 out
+                                         (e4m3fn, e5m2); float32 device scale, amax
+dequantize_fp8                           fp8 in; float32, float16 or bfloat16 out
+delayed_scale_update                     float32 history, amax, scale, scale_inv
+grouped_mm, GroupedMM                    bfloat16, float16 in; same or float32 out;
+                                         int32/int64 device offsets (sm_80+)
 =======================================  ===========================================
 """
 
 from ..runtime.ptxlib import clear_cache
 from .elementwise import (add, axpy, batch_norm_relu_infer, bias_gelu, bias_relu,
                           channel_bias_act, fill, relu_backward, scale)
+from .fp8 import amax, delayed_scale_update, dequantize_fp8, quantize_fp8
+from .grouped import GROUPED_MM_KEY, GroupedMM, grouped_mm
 from .layout import nchw_to_nhwc, nhwc_to_nchw, transpose
 from .matmul import bmm, matmul_naive, matmul_tiled
 from .softmax import log_softmax, softmax
@@ -66,4 +76,6 @@ __all__ = ["add", "axpy", "scale", "fill", "matmul_naive", "matmul_tiled", "bmm"
            "bias_gelu", "channel_bias_act", "batch_norm_relu_infer", "relu_backward",
            "wmma_gemm", "clear_cache", "CrossEntropy", "cross_entropy",
            "cross_entropy_backward", "accuracy_count", "sgd", "adamw", "step_increment",
-           "embedding", "embedding_backward", "global_avg_pool", "global_avg_pool_backward"]
+           "embedding", "embedding_backward", "global_avg_pool", "global_avg_pool_backward",
+           "amax", "quantize_fp8", "dequantize_fp8", "delayed_scale_update",
+           "grouped_mm", "GroupedMM", "GROUPED_MM_KEY"]

@@ -34,8 +34,8 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from .._ffi import refuse_in_capture
-from ..errors import CaptureError
+from .._ffi import defer, refuse_in_capture
+from ..errors import CaptureError, CudaError
 from ..driver import _lib, stream as _stream_mod
 from ..driver._core import raise_for
 from ..driver.device import Device
@@ -206,6 +206,11 @@ class HandleCache:
         return (f"<HandleCache {self.name}: {len(self._all)} handle(s), {self.free} free>")
 
 
+#: The driver's answers to waiting for a device while a stream on it records a graph
+#: (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED, _IMPLICIT, _WRONG_THREAD).
+_CAPTURE_CONFLICTS = frozenset((900, 901, 906, 908))
+
+
 class Workspaces:
     """Scratch buffers per (device, stream) that grow to the largest need and are reused.
 
@@ -219,6 +224,9 @@ class Workspaces:
 
     def __init__(self):
         self._buffers: dict[tuple[int, int], DeviceBuffer] = {}
+        # Evicted buffers whose device could not be waited for yet (a capture was in
+        # progress); freed by the next eviction or release.
+        self._retired: list[DeviceBuffer] = []
         self._lock = threading.Lock()
         _workspaces.add(self)
 
@@ -270,7 +278,24 @@ class Workspaces:
         stream = key[1][0] if isinstance(key[1], tuple) else key[1]
         for cache in list(_caches):
             cache.forget_stream(stream)
-        buf.device.synchronize()
+        retired, self._retired = self._retired, []
+        for old in retired + [buf]:
+            # While another thread records a graph, waiting for the whole device is refused
+            # (the capturing stream cannot be waited for); the buffer then waits for the end
+            # of cudalibs' capture blocks, or for the next eviction.
+            if not defer(self._retire, (old,)):
+                self._retire(old)
+
+    def _retire(self, buf: DeviceBuffer) -> None:
+        """Free an evicted buffer once the device has finished the work queued before now; a
+        capture in progress on the device keeps it for a later try."""
+        try:
+            buf.device.synchronize()
+        except CudaError as exc:
+            if exc.status not in _CAPTURE_CONFLICTS:
+                raise
+            self._retired.append(buf)
+            return
         buf.close()
 
     def size(self, device: Device, stream: int) -> int:
@@ -286,6 +311,12 @@ class Workspaces:
                 buf = self._buffers.pop(key)
                 buf.device.synchronize()
                 buf.close()
+            kept = [b for b in self._retired if device is not None and b.device != device]
+            for buf in self._retired:
+                if buf not in kept:
+                    buf.device.synchronize()
+                    buf.close()
+            self._retired = kept
 
     def release_stream(self, device: int | None, stream: int) -> int:
         """Free the buffers of raw stream handle ``stream`` (on device ordinal ``device``, or

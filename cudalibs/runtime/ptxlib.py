@@ -18,9 +18,11 @@ from .. import dtypes as _dtypes
 from .. import ptx as _ptx
 from ..driver.module import Module
 from ..driver.stream import Stream
+from ..errors import CudaLibsError
 from .cache import RELEASE_HOOKS
 
-__all__ = ["kernel", "launch", "elementwise_grid", "launch_channel_bias_act", "clear_cache",
+__all__ = ["kernel", "launch", "check_arch", "elementwise_grid", "launch_channel_bias_act",
+           "clear_cache",
            "SUFFIX"]
 
 #: Kernel-name suffix of each element type.
@@ -84,12 +86,25 @@ def kernel(device, name: str):
     with _cache.lock:
         mod = _cache.modules.get((device.ordinal, stem))
         if mod is None:
+            check_arch(device, stem, f"kernel {name}")
             mod = Module.from_ptx(_ptx.read_ptx(stem), device=device)
             _cache.modules[(device.ordinal, stem)] = mod
         k = _cache.kernels.get(key)
         if k is None:
             k = _cache.kernels[key] = mod[name]
     return k
+
+
+def check_arch(device, stem: str, what: str) -> None:
+    """Raise :class:`~cudalibs.CudaLibsError` when ``stem.ptx`` is built for a newer
+    architecture than ``device`` has (``cudalibs.ptx.TARGETS``): the driver's JIT would
+    refuse its ``.target`` with a bare status.  ``what`` starts the message."""
+    need = _ptx.compute_capability(stem)
+    have = tuple(device.compute_capability)
+    if have < need:
+        raise CudaLibsError(f"{what}: {stem}.ptx is built for {_ptx.target(stem)} and needs "
+                            f"compute capability {need[0]}.{need[1]} or newer; device "
+                            f"{device.ordinal} has {have[0]}.{have[1]}")
 
 
 def launch(device, name: str, grid: tuple, block: tuple, args: tuple, stream,

@@ -203,6 +203,19 @@ def _attn(*names):
     return {n: arrs[n] for n in names}
 
 
+def _attn8(*names):
+    """fp8 attention operands (head dim 128, as the fp8 backward needs) and float32 scalars."""
+    arrs = {n: fake((1, 2, 16, 128), dtypes.float8_e4m3fn) for n in ("q", "k", "v", "o", "do")}
+    arrs["stats"] = fake((1, 2, 16, 1), F32)
+    return {n: arrs[n] if n in arrs else fake((1,), F32) for n in names}
+
+
+_FP8_FWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+_FP8_BWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
+                   "descale_s", "descale_dp", "scale_s", "scale_dq", "scale_dk", "scale_dv",
+                   "scale_dp")
+
+
 def _bn(*names):
     arrs = {"x": fake((2, 4, 8, 8)), "dy": fake((2, 4, 8, 8))}
     return {n: arrs[n] if n in arrs else fake((4,)) for n in names}
@@ -266,6 +279,8 @@ VALID = {
     "cublas.matmul": lambda: _mat("a", "b"),
     "cublas.MatrixLayout": lambda: {"dtype": F32, "rows": 4, "cols": 4},
     "cublas.MatmulDesc": lambda: {"compute_type": 68, "scale_type": 0},
+    "cublas.gemm_grouped": lambda: {"a_list": [fake((4, 8))], "b_list": [fake((8, 4))]},
+    "cublas.GroupedGemm": lambda: {"a_list": [fake((4, 8))], "b_list": [fake((8, 4))]},
     # cuDNN
     "cudnn.conv_forward": lambda: {k: v for k, v in _conv().items() if k in ("x", "w")},
     "cudnn.conv_backward_data": lambda: {k: v for k, v in _conv().items() if k in ("dy", "w")},
@@ -310,6 +325,11 @@ VALID = {
     "cudnn.sdpa_backward": lambda: _attn("q", "k", "v", "o", "do", "stats"),
     "cudnn.SdpaPlan": lambda: _attn("q", "k", "v"),
     "cudnn.SdpaBackwardPlan": lambda: _attn("q", "k", "v", "o", "do"),
+    "cudnn.sdpa_fp8": lambda: _attn8("q", "k", "v", *_FP8_FWD_SCALES),
+    "cudnn.sdpa_fp8_backward": lambda: _attn8("q", "k", "v", "o", "do", "stats",
+                                              *_FP8_BWD_SCALES),
+    "cudnn.SdpaFp8Plan": lambda: _attn8("q", "k", "v"),
+    "cudnn.SdpaFp8BackwardPlan": lambda: _attn8("q", "k", "v", "o", "do"),
     "cudnn.layer_norm": lambda: _norm("x", "weight"),
     "cudnn.layer_norm_backward": lambda: _norm("dy", "x", "weight", "mean", "inv_std"),
     "cudnn.rms_norm": lambda: _norm("x", "weight"),
@@ -359,6 +379,10 @@ VALID = {
     "cusparse.spgemm": lambda: {"A": _csr(), "B": _csr()},
     "cusparse.spsv": lambda: {"A": _csr(), "x": fake((4,))},
     "cusparse.spsm": lambda: {"A": _csr(), "B": fake((4, 3))},
+    "cusparse.BlockedELL": lambda: {"ell_col_ind": fake((2, 1), I32), "values": fake((4, 2)),
+                                    "shape": (4, 4), "block_size": 2},
+    "cusparse.BlockedELL.from_scipy": lambda: {"matrix": _scipy_csr().tobsr((2, 2))},
+    "cusparse.BlockedELL.from_dense": lambda: {"x": fake((4, 4)), "block_size": 2},
     # the shipped kernels
     "kernels.add": lambda: _vec("x", "y"),
     "kernels.axpy": lambda: {"alpha": 1.0, **_vec("x", "y")},
@@ -393,6 +417,16 @@ VALID = {
                                            "num_embeddings": 10},
     "kernels.global_avg_pool": lambda: {"x": fake((2, 4, 8, 8))},
     "kernels.global_avg_pool_backward": lambda: {"dy": fake((2, 4)), "x_shape": (2, 4, 8, 8)},
+    "kernels.amax": lambda: {"x": fake((4, 8))},
+    "kernels.quantize_fp8": lambda: {"x": fake((4, 8)), "scale": fake((1,))},
+    "kernels.dequantize_fp8": lambda: {"q": fake((4, 8), dtypes.float8_e4m3fn),
+                                       "scale_inv": fake((1,))},
+    "kernels.delayed_scale_update": lambda: {"amax_history": fake((16, 2)),
+                                             **_vec("amax", "scale", "scale_inv", shape=(2,))},
+    "kernels.grouped_mm": lambda: {"x": fake((16, 8), dtypes.bfloat16), "offsets": fake((3,), I32),
+                                   "w": fake((2, 8, 16), dtypes.bfloat16)},
+    "kernels.GroupedMM": lambda: {"x": fake((16, 8), dtypes.bfloat16), "offsets": fake((3,), I32),
+                                  "w": fake((2, 8, 16), dtypes.bfloat16)},
     # methods of objects a machine without a GPU holds
     "DeviceArray#copy_": lambda: {"src": fake((4,))},
     "DeviceArray#fill": lambda: {"value": 1.0},
@@ -451,6 +485,7 @@ PLANNED_BY = {
     "cudnn.conv_bias_act": "ConvBiasActPlan", "cudnn.batch_norm_train": "BatchNormPlan",
     "cudnn.batch_norm_infer": "BatchNormPlan", "cudnn.batch_norm_backward": "BatchNormPlan",
     "cudnn.sdpa": "SdpaPlan", "cudnn.sdpa_backward": "SdpaBackwardPlan",
+    "cudnn.sdpa_fp8": "SdpaFp8Plan", "cudnn.sdpa_fp8_backward": "SdpaFp8BackwardPlan",
 }
 
 

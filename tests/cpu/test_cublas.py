@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 import cudalibs
 from cudalibs import cublas
 from cudalibs import dtypes as _dtypes
-from cudalibs.cublas import _common, _lib, lt, lt_desc
+from cudalibs.cublas import _common, _lib, lt, lt_desc, lt_problem
 from cudalibs.driver.array import DeviceArray
 from cudalibs.driver.device import Device
 
@@ -518,3 +518,223 @@ def test_cublas_modules_import_no_private_helpers_of_each_other():
                 assert not private, f"{path.name} imports {private} from .{node.module}"
             if isinstance(node, ast.ImportFrom) and node.module and "testing" in node.module:
                 raise AssertionError(f"{path.name} imports {node.module}")
+
+
+# -- fp8: scale modes, fp8 outputs, amax -- descriptors and validation, no device ----------------
+E4, E5 = _dtypes.float8_e4m3fn, _dtypes.float8_e5m2
+
+
+def _gpu(cc=(9, 0)):
+    dev = _fake_device(0)
+    dev._cc = cc
+    return dev
+
+
+def _fp8(M=256, N=384, K=640, ta=E4, tb=E4):
+    """Descriptions of an fp8 a (M, K), row-major, and b = w.T (K, N), column-major."""
+    return ((M, K), ta), ((K, N), tb, (1, K))
+
+
+@pytest.fixture()
+def no_descriptors(monkeypatch):
+    """The refusals below come before any descriptor (any C call) is made."""
+    def boom(*a, **k):
+        raise AssertionError("a cuBLASLt descriptor was made before validation failed")
+
+    for name in ("MatrixLayout", "MatmulDesc", "MatmulPreference"):
+        monkeypatch.setattr(lt, name, boom)
+
+
+def test_scale_mode_constants_are_the_headers():
+    # The enum values themselves are compared with cublasLt.h by test_headers.py.
+    assert lt_desc.SCALE_MODES == {
+        "tensor": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+        "row": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+        "block128": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+        "block128x128": _lib.CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F}
+    assert (_lib.CUBLASLT_MATMUL_DESC_A_SCALE_MODE, _lib.CUBLASLT_MATMUL_DESC_B_SCALE_MODE) == \
+        (31, 32)
+    assert lt.SCALE_MODES is lt_desc.SCALE_MODES
+
+
+@pytest.mark.parametrize("given, want", [
+    (None, None), ("row", ("row", "row")), ("Block128", ("block128", "block128")),
+    (("block128", "block128x128"), ("block128", "block128x128")),
+    (["tensor", "tensor"], ("tensor", "tensor"))])
+def test_scale_modes_normalised(given, want):
+    assert lt_problem.scale_modes(given) == want
+
+
+@pytest.mark.parametrize("mode, pair", [
+    ("tensor", ("tensor", "tensor")), ("row", ("row", "row")),
+    ("block128", ("block128", "block128")),
+    (("block128", "block128x128"), ("block128", "block128x128")),
+    (("block128x128", "block128"), ("block128x128", "block128"))])
+def test_fp8_scale_modes_set_on_the_swapped_operands(mode, pair):
+    a, b = _fp8()
+    with cublas.Matmul(a, b, scale_mode=mode, epilogue="bias", device=_gpu()) as p:
+        assert p.scale_modes == pair
+        assert f"scale={pair[0]}" in repr(p)
+        # cuBLASLt's A is our b: its A scale mode is b's, its B scale mode a's.
+        assert p._desc.get("a_scale_mode") == lt_desc.SCALE_MODES[pair[1]]
+        assert p._desc.get("b_scale_mode") == lt_desc.SCALE_MODES[pair[0]]
+        assert p._desc.get("bias_data_type") == _dtypes.CUDA_R["R_16BF"]
+        vectors = pair != ("tensor", "tensor")
+        # Scale vectors are seen by the heuristic (placeholders), per-tensor scales are not.
+        assert (p._desc.get("a_scale_pointer") != 0) == vectors
+        assert p._desc.get("fast_accum") == 0
+
+
+def test_fp8_scale_specs_in_row_major_terms():
+    M, N, K = 256, 384, 640                      # K / 128 = 5 blocks, padded to 8
+    f32 = np.float32
+    layouts = {
+        "row": ([np.zeros(M, f32), np.zeros((M, 1), f32)],
+                [np.zeros(N, f32), np.zeros((1, N), f32)],
+                [np.zeros((1, M), f32), np.zeros(N, np.float64)]),
+        "block128": ([np.zeros((5, M), f32).T],            # column-major (M, 5)
+                     [np.zeros((5, N), f32)],              # C-contiguous (5, N)
+                     [np.zeros((M, 5), f32), np.zeros((N, 5), f32).T]),
+        "block128x128": ([np.zeros((2, 8), f32), np.zeros((2, 8), f32)[:, :5]],
+                         [np.zeros((3, 8), f32).T, np.zeros((3, 8), f32)[:, :5].T],
+                         [np.zeros((2, 5), f32), np.zeros((8, 3), f32)]),
+    }
+    for mode, (goods_a, goods_b, bads) in layouts.items():
+        pair = (mode, "block128") if mode == "block128x128" else mode
+        a, b = _fp8(M, N, K)
+        with cublas.Matmul(a, b, scale_mode=pair, device=_gpu()) as p:
+            spec_a, spec_b = p.scale_specs
+            assert (spec_a.what, spec_b.what) == ("a_scale", "b_scale")
+            assert spec_a.required and spec_a.align == 16
+            for x in goods_a:
+                assert spec_a.matches(x.shape, x.strides, x.dtype), (mode, x.shape, x.strides)
+            for x in bads:
+                assert not spec_a.matches(x.shape, x.strides, x.dtype), (mode, x.shape)
+        if mode == "block128x128":                   # b in 128x128 blocks, a in 1x128
+            with cublas.Matmul(a, b, scale_mode=("block128", mode), device=_gpu()) as p:
+                spec_b = p.scale_specs[1]
+        for x in goods_b:
+            assert spec_b.matches(x.shape, x.strides, x.dtype), (mode, x.shape, x.strides)
+    with cublas.Matmul(*_fp8(M, N, K), device=_gpu()) as p:      # per tensor
+        spec = p.scale_specs[0]
+        assert not spec.required and spec.matches((), (), np.dtype(f32))
+        assert spec.matches((1,), (4,), np.dtype(f32)) and not spec.matches((2,), (4,),
+                                                                           np.dtype(f32))
+
+
+def test_fp8_output_descriptors():
+    a, b = _fp8()
+    with cublas.Matmul(a, b, out_dtype=E4, epilogue="gelu_bias", amax=True,
+                       device=_gpu()) as p:
+        la, lb, ld = p._layouts
+        assert ld.get("type") == _dtypes.CUDA_R["R_8F_E4M3"]
+        # C has the bias' type beside an fp8 D (cuBLASLt's fp8 table), and no pointer.
+        assert p._lc_c.get("type") == _dtypes.CUDA_R["R_16BF"] and p._c_null
+        assert p._desc.get("bias_data_type") == _dtypes.CUDA_R["R_16BF"]
+        assert p._desc.get("epilogue") == _lib.CUBLASLT_EPILOGUE_GELU_BIAS
+        assert p._desc.get("amax_d_pointer") == 256            # the heuristic sees an amax
+        assert p._ptr_names == ("bias_pointer", "a_scale_pointer", "b_scale_pointer",
+                                "d_scale_pointer", "amax_d_pointer")
+        # a_scale and b_scale are checked for, and recorded at, 16-byte alignment; d_scale
+        # and amax at a float32's.
+        assert all(spec.align == 16 for spec in p.scale_specs)
+        assert p._ptr_align["d_scale_pointer"] == p._ptr_align["amax_d_pointer"] == 4
+        assert "a_scale_pointer" not in p._ptr_align
+        assert "amax" in repr(p)
+    # float32 and float16 outputs: bfloat16 and float16 biases; C is D.
+    for od, bias in ((np.float32, "R_16BF"), (np.float16, "R_16F")):
+        with cublas.Matmul(a, b, out_dtype=od, epilogue="bias", device=_gpu()) as p:
+            assert p._desc.get("bias_data_type") == _dtypes.CUDA_R[bias]
+            assert p._lc_c is p._layouts[2] and not p._c_null
+    # The GELU input of fp8 inputs beside a bfloat16 output, in bfloat16.
+    with cublas.Matmul(a, b, epilogue="gelu_aux_bias", device=_gpu()) as p:
+        assert p.aux_shape == (256, 384) and p._aux_dtype == _dtypes.bfloat16
+    # e4m3 x e5m2 may write e5m2, with fast accumulation.
+    with cublas.Matmul(*_fp8(tb=E5), out_dtype=E5, fast_accum=True, device=_gpu()) as p:
+        assert p._layouts[2].get("type") == _dtypes.CUDA_R["R_8F_E5M2"]
+        assert p._desc.get("fast_accum") == 1 and "fast_accum" in repr(p)
+    # The Hopper modes write float16 too, and take GELU.
+    with cublas.Matmul(a, b, scale_mode=("block128", "block128x128"), out_dtype=np.float16,
+                       epilogue="gelu_bias", device=_gpu()) as p:
+        assert p._desc.get("bias_data_type") == _dtypes.CUDA_R["R_16F"]
+        assert [spec.align for spec in p.scale_specs] == [16, 16]
+
+
+FP8_REFUSALS = [
+    # (a, b, kwargs, device cc, exception, match)
+    (((64, 64), np.float16), ((64, 64), np.float16), dict(scale_mode="row"), (9, 0),
+     ValueError, "scale_mode applies to fp8"),
+    (((64, 64), np.float16), ((64, 64), np.float16), dict(amax=True), (9, 0),
+     ValueError, "amax applies to fp8"),
+    (*_fp8(), dict(scale_mode="rows"), (9, 0), ValueError, "not one of"),
+    (*_fp8(), dict(scale_mode=("row", "row", "row")), (9, 0), TypeError, "scale_mode"),
+    (*_fp8(), dict(scale_mode=("block128x128", "block128x128")), (9, 0), ValueError,
+     "pairs"),
+    (*_fp8(), dict(scale_mode=("row", "tensor")), (9, 0), ValueError, "pairs"),
+    (*_fp8(), dict(scale_mode="row"), (8, 9), ValueError, r"compute capability 9\.0"),
+    (*_fp8(), dict(scale_mode="block128"), (10, 0), ValueError, "Hopper only"),
+    (*_fp8(), dict(scale_mode="row", out_dtype=E4), (9, 0), ValueError,
+     "bfloat16, float16 or float32"),
+    (*_fp8(tb=E5), dict(scale_mode="block128", out_dtype=E5), (9, 0), ValueError,
+     "no fp8 output"),
+    (*_fp8(K=272), dict(scale_mode="block128"), (9, 0), ValueError,
+     "K to be a multiple of 128"),
+    (*_fp8(N=200), dict(scale_mode=("block128", "block128x128")), (9, 0), ValueError,
+     "N to be a multiple of 128"),
+    (*_fp8(M=264), dict(scale_mode=("block128x128", "block128")), (9, 0), ValueError,
+     "M to be a multiple of 128"),
+    (*_fp8(M=12), dict(scale_mode="row"), (9, 0), ValueError, "multiples of 8"),
+    (*_fp8(), dict(scale_mode="block128", fast_accum=True), (9, 0), ValueError,
+     "fast accumulation"),
+    (*_fp8(), dict(scale_mode="row", epilogue="relu"), (9, 0), ValueError, "epilogues"),
+    (*_fp8(), dict(scale_mode="block128", epilogue="gelu_aux_bias"), (9, 0), ValueError,
+     "epilogues"),
+    (((2, 256, 640), E4), ((640, 384), E4, (1, 640)), dict(scale_mode="row"), (9, 0),
+     ValueError, "2-D"),
+    (*_fp8(), dict(out_dtype=E5), (9, 0), ValueError, "e4m3 x e5m2"),
+    (*_fp8(ta=E5, tb=E5), {}, (9, 0), ValueError, "e5m2 x e5m2"),
+    (*_fp8(), dict(amax=True), (9, 0), ValueError, "fp8 outputs only"),
+    (*_fp8(), dict(out_dtype=E4, epilogue="relu"), (9, 0), ValueError,
+     "no fp8-output form"),
+    (*_fp8(), dict(out_dtype=E4, epilogue="gelu_aux_bias"), (9, 0), ValueError,
+     "no fp8-output form"),
+    (*_fp8(), dict(out_dtype=np.float32, epilogue="gelu_aux_bias"), (9, 0), ValueError,
+     "beside bfloat16 or float16 outputs"),
+    (*_fp8(), dict(out_dtype=E4, beta=1.0, out=((256, 384), E4)), (9, 0), ValueError,
+     "no addend"),
+    (*_fp8(), dict(out_dtype=np.int8), (9, 0), ValueError, "writes bfloat16, float16"),
+]
+
+
+@pytest.mark.parametrize("a, b, kwargs, cc, exc, match", FP8_REFUSALS,
+                         ids=[f"{i}" for i in range(len(FP8_REFUSALS))])
+def test_fp8_refusals_name_the_argument(no_descriptors, a, b, kwargs, cc, exc, match):
+    with pytest.raises(exc, match=match):
+        cublas.Matmul(a, b, device=_gpu(cc), **kwargs)
+
+
+def test_fp8_hopper_modes_need_cublaslt_12_9(no_descriptors, monkeypatch):
+    monkeypatch.setattr(lt_problem, "lt_version_int", lambda: 120804)
+    with pytest.raises(ValueError, match=r"cuBLASLt 12\.9 or newer; the loaded one is 12\.8"):
+        cublas.Matmul(*_fp8(), scale_mode="block128", device=_gpu())
+    # Per-tensor scaling asks nothing of the version: validation passes without it, and the
+    # first descriptor is made.
+    def boom():
+        raise AssertionError("the version was read")
+
+    monkeypatch.setattr(lt_problem, "lt_version_int", boom)
+    with pytest.raises(AssertionError, match="descriptor was made"):
+        cublas.Matmul(*_fp8(), device=_gpu())
+
+
+def test_fp8_row_mode_takes_fast_accum():
+    with cublas.Matmul(*_fp8(), scale_mode="row", fast_accum=True, device=_gpu()) as p:
+        assert p._desc.get("fast_accum") == 1
+
+
+def test_fp8_tuning_key_names_the_fp8_options():
+    with cublas.Matmul(*_fp8(), scale_mode=("block128", "block128x128"), device=_gpu()) as p:
+        key = p._tuning_key()
+        assert key["scale_mode"] == ["block128", "block128x128"] and key["amax"] is False
+    with cublas.Matmul(((8, 8), np.float32), ((8, 8), np.float32), device=DEV0) as p:
+        assert "scale_mode" not in p._tuning_key()      # other plans keep their stored keys

@@ -497,3 +497,192 @@ def test_shared_plan_bias_pointer_is_per_call(fakes):
     assert len(seen) == 400
     assert all(bias == biases[d].ptr for d, bias in seen)
     plan.close()
+
+
+# -- fp8: scale modes, fp8 outputs, amax, through the recording fakes ---------------------------
+E4, E5, BF16 = _dtypes.float8_e4m3fn, _dtypes.float8_e5m2, _dtypes.bfloat16
+SCALE_ATTRS = ("a_scale_pointer", "b_scale_pointer", "d_scale_pointer", "amax_d_pointer")
+
+
+def _fp8_ab(dev, M=256, N=384, K=512, tb=E4):
+    """An fp8 a (M, K) and b = w.T of a row-major (N, K) w: the layout fp8 kernels take."""
+    return _arr(dev, (M, K), E4), _arr(dev, (N, K), tb).T
+
+
+def _seeing(lt, plan_box, attrs=SCALE_ATTRS):
+    """Make the fake cublasLtMatmul record, per call, the descriptor's pointer attributes as
+    the call sees them (its arguments are recorded too)."""
+    seen = []
+    real = lt.cublasLtMatmul
+
+    def call(*args):
+        seen.append({n: plan_box[0]._desc.get(n) for n in attrs})
+        return real(*args)
+
+    call.calls = real.calls         # the recorder's arguments, as before
+    lt.cublasLtMatmul = call        # before the plan is made: it keeps the entry point
+    return seen
+
+
+def test_lt_fp8_block_scales_go_to_the_swapped_slots(fakes):
+    dev, _, lt = fakes
+    box = [None]
+    seen = _seeing(lt, box)
+    M, N, K = 256, 384, 512
+    a, b = _fp8_ab(dev, M, N, K)
+    plan = box[0] = cublas.Matmul(a, b, scale_mode=("block128", "block128x128"),
+                                  epilogue="bias").plan()
+    sa = _arr(dev, (M, 4), np.float32, strides=(4, 4 * M))      # column-major, per row of a
+    sb = _arr(dev, (4, 3), np.float32, strides=(4, 16))         # w's (3, 4) block scales .T
+    bias = _arr(dev, (N,), BF16)
+    out = _arr(dev, (M, N), BF16)
+    assert plan.execute(a, b, out=out, bias=bias, a_scale=sa, b_scale=sb) is out
+    # cuBLASLt's A is our b: its A scale is b's.
+    assert seen == [{"a_scale_pointer": sb.ptr, "b_scale_pointer": sa.ptr,
+                     "d_scale_pointer": 0, "amax_d_pointer": 0}]
+    (call,) = lt.cublasLtMatmul.calls
+    assert (call[3], call[5], call[8], call[10]) == (b.ptr, a.ptr, out.ptr, out.ptr)
+    plan.close()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(), "needs a_scale"),
+    (dict(a_scale="C-contiguous"), "must be float32 of shape"),
+    (dict(a_scale="float64"), "must be float32 of shape"),
+    (dict(a_scale="misaligned"), "not aligned to 16"),
+    (dict(d_scale="scalar"), "d_scale applies to fp8 outputs"),
+    (dict(amax="scalar"), "amax= given"),
+])
+def test_lt_fp8_scales_are_checked_before_any_call(fakes, kwargs, match):
+    dev, _, lt = fakes
+    M, N, K = 256, 384, 512
+    a, b = _fp8_ab(dev, M, N, K)
+    plan = cublas.Matmul(a, b, scale_mode="block128").plan()
+    good = {"a_scale": _arr(dev, (M, 4), np.float32, strides=(4, 4 * M)),
+            "b_scale": _arr(dev, (4, N), np.float32)}
+    made = {"C-contiguous": _arr(dev, (M, 4), np.float32),
+            "float64": _arr(dev, (M, 4), np.float64, strides=(8, 8 * M)),
+            "misaligned": _arr(dev, (M, 4), np.float32, strides=(4, 4 * M),
+                               ptr=(1 << 40) + 4),
+            "scalar": _arr(dev, (1,), np.float32)}
+    args = {k: made[v] for k, v in kwargs.items()}
+    if not kwargs:
+        args = {"b_scale": good["b_scale"]}
+    else:
+        args = {**good, **args}
+    with pytest.raises(ValueError, match=match):
+        plan.execute(a, b, out=_arr(dev, (M, N), BF16), **args)
+    assert lt.cublasLtMatmul.calls == []
+    plan.close()
+
+
+def test_lt_fp8_output_passes_no_c_and_its_scalars(fakes):
+    dev, _, lt = fakes
+    box = [None]
+    seen = _seeing(lt, box)
+    M, N, K = 64, 128, 256
+    a, b = _fp8_ab(dev, M, N, K)
+    plan = box[0] = cublas.Matmul(a, b, out_dtype=E4, amax=True).plan()
+    sa, sb, ds, amax = (_arr(dev, (1,), np.float32) for _ in range(4))
+    out = _arr(dev, (M, N), E4)
+    with pytest.raises(ValueError, match="pass amax="):
+        plan.execute(a, b, out=out, a_scale=sa, b_scale=sb, d_scale=ds)
+    with pytest.raises(ValueError, match="takes no c"):
+        plan.execute(a, b, _arr(dev, (M, N), E4), out=out, amax=amax)
+    with pytest.raises(ValueError, match="single float32"):
+        plan.execute(a, b, out=out, amax=_arr(dev, (2,), np.float32))
+    assert lt.cublasLtMatmul.calls == []
+    assert plan.execute(a, b, out=out, a_scale=sa, b_scale=sb, d_scale=ds, amax=amax) is out
+    (call,) = lt.cublasLtMatmul.calls
+    # C is NULL, described in bfloat16 (cuBLASLt's fp8 table); D is the fp8 out.
+    assert call[8] is None and call[10] == out.ptr
+    assert seen == [{"a_scale_pointer": sb.ptr, "b_scale_pointer": sa.ptr,
+                     "d_scale_pointer": ds.ptr, "amax_d_pointer": amax.ptr}]
+    # Optional scales left out are NULL (1) on the next call; amax stays required, and may be
+    # a slot of a history buffer (4-byte aligned), while a_scale must be 16-byte aligned.
+    slot = _arr(dev, (1,), np.float32, ptr=amax.ptr + 4)
+    plan.execute(a, b, out=out, amax=slot)
+    assert seen[-1] == {"a_scale_pointer": 0, "b_scale_pointer": 0, "d_scale_pointer": 0,
+                        "amax_d_pointer": slot.ptr}
+    with pytest.raises(ValueError, match="not aligned to 16"):
+        plan.execute(a, b, out=out, amax=amax, a_scale=slot)
+    plan.close()
+
+
+def test_lt_non_fp8_plans_refuse_fp8_call_arguments(fakes):
+    dev, _, lt = fakes
+    a, b = _arr(dev, (8, 16)), _arr(dev, (16, 8))
+    plan = cublas.Matmul(a, b).plan()
+    for name in ("a_scale", "b_scale", "d_scale", "amax"):
+        with pytest.raises(ValueError, match="fp8 matmuls only"):
+            plan.execute(a, b, out=_arr(dev, (8, 8)), **{name: _arr(dev, (1,))})
+    assert lt.cublasLtMatmul.calls == []
+    plan.close()
+
+
+def test_matmul_keys_every_fp8_option(fakes):
+    """Two one-shot calls differing only in a scale mode, fast accumulation, amax or the
+    output type never share a plan."""
+    dev, _, lt = fakes
+    M, N, K = 256, 384, 512
+    a, b = _fp8_ab(dev, M, N, K)
+    out, out8 = _arr(dev, (M, N), BF16), _arr(dev, (M, N), E4)
+    row_a, row_b = _arr(dev, (M,), np.float32), _arr(dev, (N,), np.float32)
+    blk_a = _arr(dev, (M, 4), np.float32, strides=(4, 4 * M))
+    blk_b = _arr(dev, (4, N), np.float32)
+    amax = _arr(dev, (1,), np.float32)
+    calls = [dict(out=out), dict(out=out, fast_accum=True),
+             dict(out=out, scale_mode="row", a_scale=row_a, b_scale=row_b),
+             dict(out=out, scale_mode="row", fast_accum=True, a_scale=row_a, b_scale=row_b),
+             dict(out=out, scale_mode="block128", a_scale=blk_a, b_scale=blk_b),
+             dict(out=out8), dict(out=out8, amax=amax)]
+    for kw in calls + calls:
+        cublas.matmul(a, b, **kw)
+    entries = plan_cache.entries("cublaslt_matmul")
+    assert len(entries) == len(calls) and lt.heuristic_calls == len(calls)
+    keys = {(e.key["scale_mode"], e.key["fast_accum"], e.key["amax"],
+             e.key["out_layout"][2].name) for e in entries}
+    assert keys == {(None, False, False, "bfloat16"), (None, True, False, "bfloat16"),
+                    (("row", "row"), False, False, "bfloat16"),
+                    (("row", "row"), True, False, "bfloat16"),
+                    (("block128", "block128"), False, False, "bfloat16"),
+                    (None, False, False, "float8_e4m3fn"), (None, False, True, "float8_e4m3fn")}
+    assert len(lt.cublasLtMatmul.calls) == 2 * len(calls)
+
+
+def test_shared_fp8_plan_scale_pointers_are_per_call(fakes):
+    """Threads sharing one block-scaled plan: each enqueue sees its own scales."""
+    import threading
+
+    dev, _, lt = fakes
+    seen, by_call = [], []
+    real = lt.cublasLtMatmul
+
+    def record(*args):
+        seen.append({n: plan._desc.get(n) for n in ("a_scale_pointer", "b_scale_pointer")})
+        by_call.append(args[10].value)
+        return real(*args)
+
+    lt.cublasLtMatmul = record          # before the plan is made: it keeps the entry point
+    M, N, K = 128, 256, 256
+    a, b = _fp8_ab(dev, M, N, K)
+    plan = cublas.Matmul(a, b, scale_mode=("block128x128", "block128")).plan()
+    outs = [_arr(dev, (M, N), BF16) for _ in range(8)]
+    scales = {o.ptr: (_arr(dev, (1, 2), np.float32, strides=(16, 4)),
+                      _arr(dev, (2, N), np.float32)) for o in outs}
+
+    def work(o):
+        sa, sb = scales[o.ptr]
+        for _ in range(40):
+            plan.execute(a, b, out=o, a_scale=sa, b_scale=sb)
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == len(by_call) == 320
+    for d, ptrs in zip(by_call, seen):
+        sa, sb = scales[d]
+        assert ptrs == {"a_scale_pointer": sb.ptr, "b_scale_pointer": sa.ptr}
+    plan.close()

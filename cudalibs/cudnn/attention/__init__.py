@@ -3,13 +3,21 @@
 - :mod:`.sdpa`: :func:`sdpa`, :func:`sdpa_backward` and their plans (:class:`SdpaPlan`,
   :class:`SdpaBackwardPlan`);
 - :mod:`.plan`: what the two plans share (checks, candidates from every lowering, the call);
+- :mod:`.fp8`: :func:`sdpa_fp8`, :func:`sdpa_fp8_backward` and their plans
+  (:class:`SdpaFp8Plan`, :class:`SdpaFp8BackwardPlan`): fp8 operands with per-tensor scales;
 - :mod:`.lower`: the lowerings to operation graphs (the composite graph of matmuls,
-  pointwise operations and reductions; cuDNN's single SDPA operation).
+  pointwise operations and reductions; cuDNN's single SDPA operation; the fp8 graphs).
 """
 
+from .fp8 import (FP8_DTYPES, FP8_SEQ_MULTIPLE, SDPA_FP8_BACKWARD_KEY, SDPA_FP8_KEY,
+                  SdpaFp8BackwardPlan, SdpaFp8Gradients, SdpaFp8Output, SdpaFp8Plan, sdpa_fp8,
+                  sdpa_fp8_backward)
 from .plan import MAX_HEAD_DIM, MAX_HEAD_DIM_BACKWARD
 from .sdpa import (SDPA_BACKWARD_KEY, SDPA_KEY, SdpaBackwardPlan, SdpaPlan, sdpa,
                    sdpa_backward)
 
 __all__ = ["sdpa", "sdpa_backward", "SdpaPlan", "SdpaBackwardPlan", "SDPA_KEY",
-           "SDPA_BACKWARD_KEY", "MAX_HEAD_DIM", "MAX_HEAD_DIM_BACKWARD"]
+           "SDPA_BACKWARD_KEY", "MAX_HEAD_DIM", "MAX_HEAD_DIM_BACKWARD", "sdpa_fp8",
+           "sdpa_fp8_backward", "SdpaFp8Plan", "SdpaFp8BackwardPlan", "SdpaFp8Output",
+           "SdpaFp8Gradients", "SDPA_FP8_KEY", "SDPA_FP8_BACKWARD_KEY", "FP8_DTYPES",
+           "FP8_SEQ_MULTIPLE"]

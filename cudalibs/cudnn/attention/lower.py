@@ -29,10 +29,32 @@ Two lowerings of each direction:
     problem and padding only: in the loaded 9.19 they take neither a causal mask nor bias nor
     dropout.
 
+*fp8* (:func:`fp8_forward_graph`, :func:`fp8_backward_graph`)
+    The composite graphs on float8 operands with per-tensor scaling, the way cuDNN's frontend
+    lowers its ``sdpa_fp8`` / ``sdpa_fp8_backward`` nodes.  Every fp8 matmul is followed by
+    the descales of its two operands (float32 device scalars), and what is written in fp8 is
+    scaled first: the conversion is the output tensor's data type.  Forward::
+
+        S = (Q @ K^T) * scale * descale_q * descale_k   [padding] [causal]
+        P = softmax(S) (stats as above);  amax_s = max |P|
+        O~ = fp8(P * scale_s) @ V * descale_s * descale_v
+        amax_o = max |O~|;  O = O~ * scale_o             written in o's data type
+
+    Backward (no float32 accumulator: every gradient is one fp8 matmul)::
+
+        D  = rowsum(dO * O) * descale_do * descale_o
+        P  = exp(S - stats)                              S recomputed as above
+        dV~ = fp8(P * scale_s)^T @ dO * descale_s * descale_do   [head sum]
+        dP = (dO @ V^T) * descale_do * descale_v
+        dS = P * (dP - D) * scale;  amax_dp = max |dS|;  dS8 = fp8(dS * scale_dp)
+        dQ~ = dS8 @ K * descale_dp * descale_k;  dK~ = dS8^T @ Q * descale_dp * descale_q
+        amax_dX = max |dX~|;  dX = dX~ * scale_dX        for X in Q, K, V
+
 The tensors a graph binds (by unique id, see :data:`UIDS`) are the operands, two float32
 scratch tensors of the composite backward (the row sums ``D`` and the ``dQ`` accumulator,
-carved from the workspace), and by-value scalars (scale, ``-inf``, dropout factors) whose
-host values the :class:`Lowered` result keeps alive.
+carved from the workspace), the fp8 graphs' float32 scale and amax scalars (one element on
+the device each), and by-value scalars (scale, ``-inf``, dropout factors) whose host values
+the :class:`Lowered` result keeps alive.
 """
 
 from __future__ import annotations
@@ -46,17 +68,30 @@ from .. import _lib as T
 from .. import backend as _g
 from .._base import version
 
-__all__ = ["Spec", "Lowered", "UIDS", "SLOTS", "forward_graph", "backward_graph",
-           "backward_graph_dp",
+__all__ = ["Spec", "Fp8", "Lowered", "UIDS", "SLOTS", "FP8_SCALES", "FP8_AMAX",
+           "forward_graph", "backward_graph", "backward_graph_dp",
            "unified_forward_graph", "unified_backward_graph", "unified_applies",
-           "aux_bytes", "stats_strides", "NEG_INF"]
+           "fp8_forward_graph", "fp8_backward_graph", "aux_bytes", "stats_strides", "NEG_INF"]
 
 #: Unique id of every non-virtual tensor a lowering may bind, by slot name.
 UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "stats": 5, "bias": 6, "seq_q": 7, "seq_kv": 8,
         "seed": 9, "offset": 10, "mask": 11, "do": 12, "dq": 13, "dk": 14, "dv": 15,
         "dq_accum": 16, "softmax_sum": 17,
         # by-value scalars
-        "scale": 20, "neg_inf": 21, "drop_scale": 22, "drop_keep": 23, "one": 24}
+        "scale": 20, "neg_inf": 21, "drop_scale": 22, "drop_keep": 23, "one": 24,
+        # fp8: float32 device scalars read (scales) and written (amax) by the call
+        "descale_q": 30, "descale_k": 31, "descale_v": 32, "descale_o": 33, "descale_do": 34,
+        "descale_s": 35, "descale_dp": 36, "scale_s": 37, "scale_o": 38, "scale_dq": 39,
+        "scale_dk": 40, "scale_dv": 41, "scale_dp": 42, "amax_s": 43, "amax_o": 44,
+        "amax_dq": 45, "amax_dk": 46, "amax_dv": 47, "amax_dp": 48}
+#: The fp8 graphs' scale inputs and amax outputs, by direction (the order the calls take them).
+FP8_SCALES = {"forward": ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s",
+                          "scale_o"),
+              "backward": ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
+                           "descale_s", "descale_dp", "scale_s", "scale_dq", "scale_dk",
+                           "scale_dv", "scale_dp")}
+FP8_AMAX = {"forward": ("amax_s", "amax_o"),
+            "backward": ("amax_dq", "amax_dk", "amax_dv", "amax_dp")}
 #: Slot names in unique-id order (the order a call's pointers are gathered in).
 SLOTS = tuple(sorted(UIDS, key=UIDS.get))
 _FIRST_VIRTUAL = 100
@@ -64,6 +99,18 @@ _FIRST_VIRTUAL = 100
 NEG_INF = float("-inf")
 _ALIGN = 16
 _F32 = np.dtype(np.float32)
+
+
+class Fp8(NamedTuple):
+    """The element types of an fp8 problem's tensors besides ``q, k, v`` (which share
+    :attr:`Spec.dtype`): the forward's output, and for the backward also ``dO`` and the
+    gradients."""
+
+    o: np.dtype
+    do: np.dtype | None = None
+    dq: np.dtype | None = None
+    dk: np.dtype | None = None
+    dv: np.dtype | None = None
 
 
 class Spec(NamedTuple):
@@ -97,6 +144,7 @@ class Spec(NamedTuple):
     dq_strides: tuple = ()
     dk_strides: tuple = ()
     dv_strides: tuple = ()
+    fp8: Fp8 | None = None      # float8 operands with per-tensor scaling (the fp8 graphs)
 
 
 class Lowered(NamedTuple):
@@ -106,7 +154,7 @@ class Lowered(NamedTuple):
     ----------
     graph : BackendDescriptor
     kind : str
-        ``"composite"`` or ``"unified"``.
+        ``"composite"``, ``"composite_dp"``, ``"unified"`` or ``"fp8"``.
     slots : tuple of str
         The slot names of the tensors it binds, in :data:`SLOTS` order.
     uids : tuple of int
@@ -171,6 +219,10 @@ class _Builder:
                                              alignment=_ALIGN, by_value=True)
         return t
 
+    def scalar(self, slot):
+        """A float32 device scalar ``[1, 1, 1, 1]`` (an fp8 scale, or an amax written)."""
+        return self.io(slot, np.float32, (1, 1, 1, 1), (1, 1, 1, 1))
+
     def virt(self, dims, strides=None, dtype=_F32):
         uid = self.next_uid
         self.next_uid += 1
@@ -200,6 +252,10 @@ class _Builder:
         det = False if version() >= (9, 11, 0) else None
         self.ops.append(_g.reduction_operation(_g.reduction(op, deterministic=det), x, out))
         return out
+
+    def amax(self, x, slot):
+        """``slot = max |x|`` over every element: the scale statistic of fp8 training."""
+        return self.reduce("amax", x, out=self.scalar(slot))
 
     def reshape(self, x, dims, strides, dtype):
         out = self.virt(dims, strides, dtype)
@@ -234,13 +290,32 @@ class _Builder:
         self.ops.append(_g.rng_operation(desc, mask, seed=seed, offset=offset))
         return mask
 
-    def scores(self, q, kt, seq_q, seq_kv, *, padded_matmul: bool):
-        """``S = Q K^T * scale [+ bias]`` with the padding mask, before the causal mask."""
+    def qkt(self):
+        """The ``q`` and ``k^T`` tensors (``k`` read transposed through swapped strides)."""
+        s = self.spec
+        kst = s.k_strides
+        return (self.io("q", s.dtype, (s.b, s.h_q, s.s_q, s.d), s.q_strides),
+                self.io("k", s.dtype, (s.b, s.h_kv, s.d, s.s_kv),
+                        (kst[0], kst[1], kst[3], kst[2])))
+
+    def row_dot(self, do, o):
+        """``rowsum(dO * O)``, ``[b, h_q, s_q, 1]`` in float32 (before any factor)."""
+        s = self.spec
+        prod = self.virt((s.b, s.h_q, s.s_q, s.d_v),
+                         (s.h_q * s.s_q * s.d_v, s.s_q * s.d_v, s.h_q * s.d_v, 1))
+        self.ops.append(_g.pointwise_operation(_g.pointwise("mul"), do, prod, o))
+        return self.reduce("add", prod, dims=(s.b, s.h_q, s.s_q, 1), strides=stats_strides(s))
+
+    def scores(self, q, kt, seq_q, seq_kv, *, padded_matmul: bool, descales=()):
+        """``S = Q K^T * scale [* descales] [+ bias]`` with the padding mask, before the causal
+        mask (``descales``: the fp8 operands' float32 scalars, applied after the scale)."""
         s = self.spec
         dims = (s.b, s.h_q, s.s_q, s.s_kv)
         x = self.mm(q, kt, dims=dims, m=seq_q, n=seq_kv,
                     padding=0.0 if (s.padding and padded_matmul) else None)
         x = self.pw("mul", x, self.value("scale", s.scale), dims=dims)
+        for t in descales:
+            x = self.pw("mul", x, t, dims=dims)
         if s.bias is not None:
             shape, strides = s.bias
             x = self.pw("add", x, self.io("bias", s.dtype, shape, strides), dims=dims)
@@ -267,14 +342,27 @@ class _Builder:
         keep = self.pw("cmp_ge", row, col, dims=dims, compute=boolean, out_dtype=boolean)
         return self.pw("binary_select", x, self.value("neg_inf", NEG_INF), keep, dims=dims)
 
+    def softmax(self, x, out_dtype=_F32):
+        """``P = exp(S - max) / sum`` along the keys, with the statistics ``max + log(sum)``
+        written to ``stats`` (or kept virtual when the forward writes none)."""
+        s = self.spec
+        dims = (s.b, s.h_q, s.s_q, s.s_kv)
+        row = (s.b, s.h_q, s.s_q, 1)
+        rst = stats_strides(s)
+        m = self.reduce("max", x, dims=row, strides=rst)
+        e = self.pw("exp", self.pw("sub", x, m, dims=dims), dims=dims)
+        total = self.reduce("add", e, dims=row, strides=rst)
+        log_total = self.pw("log", total, dims=row)
+        stats = (self.io("stats", np.float32, row, rst) if s.stats else self.virt(row, rst))
+        self.pw("add", m, log_total, out=stats)
+        return self.pw("div", e, total, dims=dims, out_dtype=out_dtype)
+
 
 def forward_graph(spec: Spec, handle=None) -> Lowered:
     """The composite forward graph of ``spec`` (see the module docstring)."""
     s = spec
     B = _Builder(s)
-    q = B.io("q", s.dtype, (s.b, s.h_q, s.s_q, s.d), s.q_strides)
-    kst = s.k_strides
-    kt = B.io("k", s.dtype, (s.b, s.h_kv, s.d, s.s_kv), (kst[0], kst[1], kst[3], kst[2]))
+    q, kt = B.qkt()
     v = B.io("v", s.dtype, (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides)
     o = B.io("o", s.dtype, (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)
     seq_q, seq_kv = B.seq_lens()
@@ -282,16 +370,8 @@ def forward_graph(spec: Spec, handle=None) -> Lowered:
     if s.causal:
         x = B.causal(x)
     dims = (s.b, s.h_q, s.s_q, s.s_kv)
-    row = (s.b, s.h_q, s.s_q, 1)
-    rst = stats_strides(s)
-    m = B.reduce("max", x, dims=row, strides=rst)
-    e = B.pw("exp", B.pw("sub", x, m, dims=dims), dims=dims)
-    total = B.reduce("add", e, dims=row, strides=rst)
-    log_total = B.pw("log", total, dims=row)
-    stats = (B.io("stats", np.float32, row, rst) if s.stats else B.virt(row, rst))
-    B.pw("add", m, log_total, out=stats)
     last = s.dropout == 0.0
-    p = B.pw("div", e, total, dims=dims, out_dtype=s.dtype if last else _F32)
+    p = B.softmax(x, s.dtype if last else _F32)
     if not last:
         p = B.pw("mul", p, B.dropout_mask(s.dump_mask), dims=dims)
         p = B.pw("mul", p, B.value("drop_scale", 1.0 / (1.0 - s.dropout)), dims=dims,
@@ -311,9 +391,8 @@ def backward_graph(spec: Spec, handle=None, *, dq_accumulator: bool = True) -> L
     s = spec
     B = _Builder(s)
     dt = s.dtype
-    q = B.io("q", dt, (s.b, s.h_q, s.s_q, s.d), s.q_strides)
+    q, kt = B.qkt()
     kst, vst = s.k_strides, s.v_strides
-    kt = B.io("k", dt, (s.b, s.h_kv, s.d, s.s_kv), (kst[0], kst[1], kst[3], kst[2]))
     vt = B.io("v", dt, (s.b, s.h_kv, s.d_v, s.s_kv), (vst[0], vst[1], vst[3], vst[2]))
     o = B.io("o", dt, (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)
     do = B.io("do", dt, (s.b, s.h_q, s.s_q, s.d_v), s.do_strides)
@@ -331,10 +410,7 @@ def backward_graph(spec: Spec, handle=None, *, dq_accumulator: bool = True) -> L
     mask = B.dropout_mask(False) if drop else None
 
     # D = rowsum(dO * O) (times 1 - p under dropout), kept in float32 scratch
-    prod = B.virt((s.b, s.h_q, s.s_q, s.d_v),
-                  (s.h_q * s.s_q * s.d_v, s.s_q * s.d_v, s.h_q * s.d_v, 1))
-    B.ops.append(_g.pointwise_operation(_g.pointwise("mul"), do, prod, o))
-    rows = B.reduce("add", prod, dims=row, strides=rst)
+    rows = B.row_dot(do, o)
     factor = (B.value("drop_keep", 1.0 - s.dropout) if drop else B.value("one", 1.0))
     softmax_sum = B.pw("mul", rows, factor,
                        out=B.io("softmax_sum", np.float32, row, _packed(row)))
@@ -471,3 +547,103 @@ def _unified_finish(B: _Builder, kind, attrs, seq_q_attr, seq_kv_attr, handle) -
         attrs = attrs + [(seq_q_attr, D, seq_q), (seq_kv_attr, D, seq_kv)]
     B.ops.append(_g.make(kind, *attrs))
     return B.finish("unified", handle)
+
+
+# -- fp8 -----------------------------------------------------------------------------------------
+def _mm_fp8(B: _Builder, a, b, out, scales, amax, full_dims, heads, m=None, k=None):
+    """``out = (a @ b [summed over head groups]) * descale_a * descale_b * scale_c`` with
+    ``scales = (descale_a, descale_b, scale_c)``, and ``amax = max |.|`` of the product before
+    ``scale_c`` (real units): one fp8 matmul.  ``full_dims`` is the product's shape with
+    ``h_q`` heads, ``heads`` those of ``out``.
+
+    The product is float32; ``out``'s data type (fp8 or half) is the conversion.
+    """
+    descale_a, descale_b, scale_c = scales
+    x = B.mm(a, b, dims=full_dims, m=m, k=k)
+    dims = (full_dims[0], heads, *full_dims[2:])
+    if heads != full_dims[1]:       # grouped-query attention: sum each group's query heads
+        x = B.reduce("add", x, dims=dims)
+    x = B.pw("mul", x, descale_a, dims=dims)
+    x = B.pw("mul", x, descale_b, dims=dims)
+    B.pw("mul", x, scale_c, out=out)
+    B.amax(x, amax)
+
+
+def fp8_forward_graph(spec: Spec, handle=None) -> Lowered:
+    """The fp8 forward graph of ``spec`` (``spec.fp8`` set; see the module docstring)."""
+    s = spec
+    B = _Builder(s)
+    q, kt = B.qkt()
+    v = B.io("v", s.dtype, (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides)
+    o = B.io("o", s.fp8.o, (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)
+    seq_q, seq_kv = B.seq_lens()
+    x = B.scores(q, kt, seq_q, seq_kv, padded_matmul=True,
+                 descales=(B.scalar("descale_q"), B.scalar("descale_k")))
+    if s.causal:
+        x = B.causal(x)
+    p = B.softmax(x)
+    B.amax(p, "amax_s")
+    # P in fp8 (q's type) for the second matmul: scaled, converted by the tensor's type
+    p8 = B.pw("mul", p, B.scalar("scale_s"), dims=(s.b, s.h_q, s.s_q, s.s_kv),
+              out_dtype=s.dtype)
+    _mm_fp8(B, p8, v, o, (B.scalar("descale_s"), B.scalar("descale_v"), B.scalar("scale_o")),
+            "amax_o", (s.b, s.h_q, s.s_q, s.d_v), s.h_q, m=seq_q, k=seq_kv)
+    return B.finish("fp8", handle)
+
+
+def fp8_backward_graph(spec: Spec, handle=None) -> Lowered:
+    """The fp8 backward graph of ``spec`` (``spec.fp8`` with every type; see the module
+    docstring)."""
+    s = spec
+    f = s.fp8
+    B = _Builder(s)
+    q, kt = B.qkt()
+    kst, vst = s.k_strides, s.v_strides
+    vt = B.io("v", s.dtype, (s.b, s.h_kv, s.d_v, s.s_kv), (vst[0], vst[1], vst[3], vst[2]))
+    o = B.io("o", f.o, (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)
+    do = B.io("do", f.do, (s.b, s.h_q, s.s_q, s.d_v), s.do_strides)
+    row = (s.b, s.h_q, s.s_q, 1)
+    stats = B.io("stats", np.float32, row, stats_strides(s))
+    dq = B.io("dq", f.dq, (s.b, s.h_q, s.s_q, s.d), s.dq_strides)
+    dk = B.io("dk", f.dk, (s.b, s.h_kv, s.s_kv, s.d), s.dk_strides)
+    dv = B.io("dv", f.dv, (s.b, s.h_kv, s.s_kv, s.d_v), s.dv_strides)
+    descale_q, descale_k, descale_do = (B.scalar(n) for n in ("descale_q", "descale_k",
+                                                              "descale_do"))
+    seq_q, seq_kv = B.seq_lens()
+    dims = (s.b, s.h_q, s.s_q, s.s_kv)
+    dims_t = (s.b, s.h_q, s.s_kv, s.s_q)
+    strides_t = (s.h_q * s.s_q * s.s_kv, s.s_q * s.s_kv, 1, s.s_kv)
+
+    # D = rowsum(dO * O) in real units (a virtual tensor: no scratch)
+    rows = B.pw("mul", B.row_dot(do, o), descale_do, dims=row)
+    softmax_sum = B.pw("mul", rows, B.scalar("descale_o"), dims=row)
+
+    # P recomputed from the statistics; dV from P in fp8
+    x = B.scores(q, kt, seq_q, seq_kv, padded_matmul=False, descales=(descale_q, descale_k))
+    if s.causal:
+        x = B.causal(x)
+    exp_s = B.pw("exp", B.pw("sub", x, stats, dims=dims), dims=dims)
+    p8 = B.pw("mul", exp_s, B.scalar("scale_s"), dims=dims, out_dtype=s.dtype)
+    pt = B.reshape(p8, dims_t, strides_t, s.dtype)
+    _mm_fp8(B, pt, do, dv, (B.scalar("descale_s"), descale_do, B.scalar("scale_dv")),
+            "amax_dv", (s.b, s.h_q, s.s_kv, s.d_v), s.h_kv, m=seq_kv, k=seq_q)
+
+    # dS = P * (dP - D) * scale, its amax, then dS in dO's fp8 type
+    dp = B.mm(do, vt, dims=dims, m=seq_q, n=seq_kv)
+    dp = B.pw("mul", dp, descale_do, dims=dims)
+    dp = B.pw("mul", dp, B.scalar("descale_v"), dims=dims)
+    ds = B.pw("sub", dp, softmax_sum, dims=dims)
+    ds = B.pw("mul", ds, exp_s, dims=dims)
+    ds = B.pw("mul", ds, B.value("scale", s.scale), dims=dims)
+    B.amax(ds, "amax_dp")
+    ds8 = B.pw("mul", ds, B.scalar("scale_dp"), dims=dims, out_dtype=f.do)
+
+    # dQ = dS @ K and dK = dS^T @ Q, fp8 matmuls with their descales
+    descale_dp = B.scalar("descale_dp")
+    k = B.reshape(kt, (s.b, s.h_kv, s.s_kv, s.d), tuple(kst), s.dtype)
+    _mm_fp8(B, ds8, k, dq, (descale_dp, descale_k, B.scalar("scale_dq")), "amax_dq",
+            (s.b, s.h_q, s.s_q, s.d), s.h_q, m=seq_q, k=seq_kv)
+    dst = B.reshape(ds8, dims_t, strides_t, f.do)
+    _mm_fp8(B, dst, q, dk, (descale_dp, descale_q, B.scalar("scale_dk")), "amax_dk",
+            (s.b, s.h_q, s.s_kv, s.d), s.h_kv, m=seq_kv, k=seq_q)
+    return B.finish("fp8", handle)

@@ -35,7 +35,8 @@ from . import lower as _ag
 __all__ = ["SdpaPlanBase", "Run", "MAX_HEAD_DIM", "MAX_HEAD_DIM_BACKWARD", "ALIGN", "F32",
            "check_qkv", "check_arch", "check_dropout", "elem_strides", "same_steps",
            "byte_strides", "like", "seed_by_value", "seed_ints", "bias_spec", "padding_of",
-           "problem_text"]
+           "problem_text", "forward_operands", "backward_operands", "grad_strides",
+           "out3"]
 
 #: The largest head dim the forward and the backward engines take (multiples of 8).
 MAX_HEAD_DIM = 256
@@ -72,16 +73,19 @@ def same_steps(a: tuple, b: tuple, shape: tuple) -> bool:
     return all(x == y for n, x, y in zip(shape, a, b) if n > 1)
 
 
-def check_qkv(op: str, q, k, v, limit: int) -> tuple:
-    """``(b, h_q, h_kv, s_q, s_kv, d, d_v)`` of checked operands."""
+def check_qkv(op: str, q, k, v, limit: int, *, dtypes=_DTYPES, multiple: int = 8,
+              what: str = "cuDNN 9's fused attention", backward: bool | None = None) -> tuple:
+    """``(b, h_q, h_kv, s_q, s_kv, d, d_v)`` of checked operands: 4-D, of one of ``dtypes``,
+    head dims multiples of ``multiple`` up to ``limit`` (``what`` and the direction name the
+    engines in messages)."""
     for a, n in ((q, "q"), (k, "k"), (v, "v")):
         if a.ndim != 4:
             raise ValueError(f"{op}: {n} must be 4-D [b, h, s, d], got shape {a.shape}")
         if a.size == 0:
             raise ValueError(f"{op}: {n} is empty (shape {a.shape})")
-        if a.dtype not in _DTYPES:
-            raise TypeError(f"{op}: {n} has dtype {a.dtype}; cuDNN's fused attention takes "
-                            f"{', '.join(str(d) for d in _DTYPES)}")
+        if a.dtype not in dtypes:
+            raise TypeError(f"{op}: {n} has dtype {a.dtype}; {what} takes "
+                            f"{', '.join(str(d) for d in dtypes)}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"{op}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
@@ -95,19 +99,23 @@ def check_qkv(op: str, q, k, v, limit: int) -> tuple:
         raise ValueError(f"{op}: k and v have {h_kv} heads, which does not divide q's {h_q} "
                          "(grouped-query attention needs h_q % h_kv == 0)")
     d_v = v.shape[3]
-    what = "backward" if limit == MAX_HEAD_DIM_BACKWARD else "forward"
+    if backward is None:
+        backward = limit == MAX_HEAD_DIM_BACKWARD
     for name, n in (("q and k", d), ("v", d_v)):
-        if n % 8 or n > limit:
-            raise ValueError(f"{op}: the head dim of {name} is {n}; cuDNN 9's fused attention "
-                             f"{what} takes multiples of 8 up to {limit}")
+        if n % multiple or n > limit:
+            raise ValueError(f"{op}: the head dim of {name} is {n}; {what} "
+                             f"{'backward' if backward else 'forward'} takes multiples of "
+                             f"{multiple} up to {limit}")
     return b, h_q, h_kv, s_q, s_kv, d, d_v
 
 
-def check_arch(op: str, dev) -> None:
+def check_arch(op: str, dev, need=(8, 0), what="cuDNN's fused attention") -> tuple:
+    """The device's compute capability, at least ``need`` (else :class:`CudaLibsError`)."""
     cc = tuple(dev.compute_capability)
-    if cc < (8, 0):
-        raise CudaLibsError(f"{op}: cuDNN's fused attention needs compute capability 8.0 or "
+    if cc < tuple(need):
+        raise CudaLibsError(f"{op}: {what} needs compute capability {need[0]}.{need[1]} or "
                             f"later; device {dev.ordinal} has {cc[0]}.{cc[1]}")
+    return cc
 
 
 @functools.lru_cache(maxsize=256)
@@ -125,6 +133,32 @@ def like(strides: tuple, shape: tuple) -> tuple:
     for i in reversed(order):
         out[i] = acc
         acc *= shape[i]
+    return tuple(out)
+
+
+def grad_strides(op: str, outs, ins, shapes, dtype=None) -> list:
+    """Element strides of the gradients ``outs`` (``dq, dk, dv``; each None takes the layout
+    of its input's element strides in ``ins``), each checked against its shape in ``shapes``
+    (and ``dtype`` unless None)."""
+    out = []
+    for g, n, ref, shape in zip(outs, ("dq", "dk", "dv"), ins, shapes):
+        if g is None:
+            out.append(like(ref, shape))
+            continue
+        if tuple(g.shape) != shape or (dtype is not None and g.dtype != dtype):
+            raise ValueError(f"{op}: {n} must be {'' if dtype is None else f'{dtype} '}"
+                             f"{shape}, got {g.dtype} {g.shape}")
+        out.append(elem_strides(g, n, op))
+    return out
+
+
+def out3(op: str, out) -> tuple:
+    """``(dq, dk, dv)`` of a backward's ``out=`` (None: three Nones)."""
+    if out is None:
+        return None, None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise TypeError(f"{op}: out must be a (dq, dk, dv) tuple (entries may be None), not "
+                        f"{type(out).__name__}")
     return tuple(out)
 
 
@@ -185,8 +219,36 @@ def problem_text(s: _ag.Spec) -> str:
     opts = [n for n, on in (("causal", s.causal), ("bias", s.bias is not None),
                             ("padding", s.padding), (f"dropout {s.dropout:g}", s.dropout))
             if on]
+    if s.fp8 is not None:       # the fp8 problems' other types: o [, dO, gradients]
+        opts.append(f"o {s.fp8.o}" + (f", do {s.fp8.do}, grads {s.fp8.dq}" if s.backward
+                                       else ""))
     return (f"{'backward' if s.backward else 'forward'} {s.dtype} b{s.b} {heads} "
             f"sq{s.s_q} skv{s.s_kv} {dims}" + (f" ({', '.join(opts)})" if opts else ""))
+
+
+def forward_operands(s: _ag.Spec) -> list:
+    """``[(slot, shape, element strides)]`` of a forward's operands: q, k, v, o [, stats]."""
+    specs = [("q", (s.b, s.h_q, s.s_q, s.d), s.q_strides),
+             ("k", (s.b, s.h_kv, s.s_kv, s.d), s.k_strides),
+             ("v", (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides),
+             ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)]
+    if s.stats:
+        specs.append(("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)))
+    return specs
+
+
+def backward_operands(s: _ag.Spec) -> list:
+    """``[(slot, shape, element strides)]`` of a backward's operands, in the order its execute
+    takes them: q, k, v, o, do, stats, dq, dk, dv."""
+    return [("q", (s.b, s.h_q, s.s_q, s.d), s.q_strides),
+            ("k", (s.b, s.h_kv, s.s_kv, s.d), s.k_strides),
+            ("v", (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides),
+            ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides),
+            ("do", (s.b, s.h_q, s.s_q, s.d_v), s.do_strides),
+            ("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)),
+            ("dq", (s.b, s.h_q, s.s_q, s.d), s.dq_strides),
+            ("dk", (s.b, s.h_kv, s.s_kv, s.d), s.dk_strides),
+            ("dv", (s.b, s.h_kv, s.s_kv, s.d_v), s.dv_strides)]
 
 
 # -- what runs a candidate ----------------------------------------------------------------------------
@@ -232,13 +294,15 @@ class SdpaPlanBase(Plan):
 
     library = "cuDNN"
     _builders: dict = {}
-    #: The :class:`cudalibs.Options` field that names the default lowerings.
+    #: The :class:`cudalibs.Options` field that names the default lowerings (None: all of
+    #: :attr:`_builders`).
     _lowerings_option = "sdpa_lowerings"
 
     def _setup(self, spec: _ag.Spec, dev, graphs, max_candidates) -> None:
         known = tuple(self._builders)
         if graphs is None:
-            graphs = getattr(_current_options(), self._lowerings_option)
+            graphs = known if self._lowerings_option is None else \
+                getattr(_current_options(), self._lowerings_option)
         graphs = (graphs,) if isinstance(graphs, str) else tuple(graphs)
         bad = [g for g in graphs if g not in known]
         if bad or not graphs:
@@ -258,10 +322,17 @@ class SdpaPlanBase(Plan):
             self._slot["bias"] = spec.bias
         self._ext = {}
         for n, (shape, est) in self._slot.items():
-            it = 4 if n in ("stats", "mask") else spec.dtype.itemsize
+            it = self._slot_dtype(n).itemsize
             self._ext[n] = byte_extent(shape, byte_strides(est, it), it)
         self._init_plan(dev)
         self._borrow()      # the execution plans are freed with the candidates
+
+    def _slot_dtype(self, slot: str) -> np.dtype:
+        """The element type of the operand bound to ``slot``."""
+        f = self._spec.fp8
+        if f is not None and slot in _ag.Fp8._fields:
+            return getattr(f, slot)
+        return F32 if slot in ("stats", "mask") else self._spec.dtype
 
     # -- Plan hooks ------------------------------------------------------------------------------
     def _problem(self) -> str:
@@ -270,6 +341,8 @@ class SdpaPlanBase(Plan):
     def _tuning_key(self):
         s = self._spec._asdict()
         s["dtype"] = str(s["dtype"])
+        if s["fp8"] is not None:
+            s["fp8"] = [None if t is None else str(t) for t in s["fp8"]]
         return {"spec": s, "graphs": list(self._graphs), "max": self._max}
 
     def _library_version(self) -> str:
@@ -322,7 +395,8 @@ class SdpaPlanBase(Plan):
         ws_ptr, _ = workspace(dev, stream.raw_handle, max(r.workspace for r in self._objs))
         packs = [r.gplan.pack_uncached(r.pointers(vals, ws_ptr), ws_ptr) for r in self._objs]
         yield lambda i: self._exec(self._objs[i], dev, stream, packs[i])
-        del packs, keep
+        packs.clear()       # the scratch packs go before the scratch arrays they name
+        del keep
 
     def _scratch_operands(self, stream):
         """``(slot -> pointer, arrays to keep)`` of random inputs and outputs for timing."""
@@ -330,9 +404,9 @@ class SdpaPlanBase(Plan):
         it = s.dtype.itemsize
         arrays = {}
         for slot, shape, est in self._specs:
-            dt = s.dtype if slot not in ("stats", "mask") else F32
+            dt = self._slot_dtype(slot)
             arrays[slot] = _scratch(shape, dt, dev, stream,
-                                    strides=tuple(x * np.dtype(dt).itemsize for x in est))
+                                    strides=tuple(x * dt.itemsize for x in est))
         if s.bias is not None:
             shape, est = s.bias
             arrays["bias"] = _scratch(shape, s.dtype, dev, stream,
@@ -341,6 +415,10 @@ class SdpaPlanBase(Plan):
             arrays["seq_q"] = to_device(np.full(s.b, s.s_q, np.int32), device=dev, stream=stream)
             arrays["seq_kv"] = to_device(np.full(s.b, s.s_kv, np.int32), device=dev,
                                          stream=stream)
+        if s.fp8 is not None:       # scales of 1 (what real data's scales keep near), amax outputs
+            way = "backward" if s.backward else "forward"
+            for slot in _ag.FP8_SCALES[way] + _ag.FP8_AMAX[way]:
+                arrays[slot] = to_device(np.ones(1, F32), device=dev, stream=stream)
         vals = {k: a.ptr for k, a in arrays.items()}
         keep = [arrays]
         if s.dropout:
@@ -439,6 +517,15 @@ class SdpaPlanBase(Plan):
                     vals[n] = a.address
         return keep
 
+    def _stats_in(self, op, stats) -> None:
+        """The forward's statistics, checked against this problem's packed float32 layout."""
+        _, shape, est = next(x for x in self._specs if x[0] == "stats")
+        if stats.shape != shape or stats.dtype != F32 or \
+                stats.strides != byte_strides(est, 4) or stats.address % ALIGN:
+            raise ValueError(f"{op}: stats is {stats.dtype} {stats.shape} with byte strides "
+                             f"{stats.strides}; this problem's forward gives packed float32 "
+                             f"{shape}, 16-byte aligned (statistics from another problem?)")
+
     def _lengths(self, op, slot, x, n, dev, s):
         name = "seq_lens_q" if slot == "seq_q" else "seq_lens_kv"
         b = self._spec.b
@@ -481,8 +568,8 @@ class SdpaPlanBase(Plan):
 
     @property
     def backend(self) -> str:
-        """``"composite"``, ``"composite_dp"`` or ``"unified"``: the chosen candidate's
-        lowering."""
+        """``"composite"``, ``"composite_dp"``, ``"unified"`` or ``"fp8"``: the chosen
+        candidate's lowering."""
         self.plan()
         return self._exe.kind
 

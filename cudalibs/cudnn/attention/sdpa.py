@@ -63,9 +63,9 @@ from ...runtime.cache import KeyKind
 from ...runtime.operand import operands as _operands
 from .._base import env
 from . import lower as _ag
-from .plan import (ALIGN, F32, MAX_HEAD_DIM, MAX_HEAD_DIM_BACKWARD, SdpaPlanBase, bias_spec,
-                   byte_strides, check_arch, check_dropout, check_qkv, elem_strides, like,
-                   padding_of, seed_by_value)
+from .plan import (F32, MAX_HEAD_DIM, MAX_HEAD_DIM_BACKWARD, SdpaPlanBase, backward_operands,
+                   bias_spec, check_arch, check_dropout, check_qkv, elem_strides,
+                   forward_operands, grad_strides, like, out3, padding_of, seed_by_value)
 
 __all__ = ["sdpa", "sdpa_backward", "SdpaPlan", "SdpaBackwardPlan", "SDPA_KEY",
            "SDPA_BACKWARD_KEY", "MAX_HEAD_DIM", "MAX_HEAD_DIM_BACKWARD"]
@@ -142,12 +142,7 @@ class SdpaPlan(SdpaPlanBase):
 
     def _operand_specs(self):
         s = self._spec
-        specs = [("q", (s.b, s.h_q, s.s_q, s.d), s.q_strides),
-                 ("k", (s.b, s.h_kv, s.s_kv, s.d), s.k_strides),
-                 ("v", (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides),
-                 ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)]
-        if s.stats:
-            specs.append(("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)))
+        specs = forward_operands(s)
         if s.dump_mask:
             shape = (s.b, s.h_q, s.s_q, s.s_kv)
             specs.append(("mask", shape, like((3, 2, 1, 1), shape)))
@@ -238,7 +233,7 @@ class SdpaBackwardPlan(SdpaPlanBase):
                  seq_lens_q=None, seq_lens_kv=None, dropout=0.0, seed=None, out=None,
                  graphs=None, max_candidates=None):
         op = "SdpaBackwardPlan"
-        dq, dk, dv = _out3(op, out)
+        dq, dk, dv = out3(op, out)
         q, k, v, o, do, bias, dq, dk, dv, dev = _operands(
             op, (q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do"), (bias, "bias"),
             (dq, "dq"), (dk, "dk"), (dv, "dv"), required=5)
@@ -250,17 +245,9 @@ class SdpaBackwardPlan(SdpaPlanBase):
                 raise ValueError(f"{op}: {n} must be {q.dtype} {(b, h_q, s_q, d_v)} (the "
                                  f"forward's output), got {arr.dtype} {arr.shape}")
         qs, ks, vs = (elem_strides(a, n, op) for a, n in ((q, "q"), (k, "k"), (v, "v")))
-        grads = []
-        for g, n, ref, shape in ((dq, "dq", qs, (b, h_q, s_q, d)),
-                                 (dk, "dk", ks, (b, h_kv, s_kv, d)),
-                                 (dv, "dv", vs, (b, h_kv, s_kv, d_v))):
-            if g is None:
-                grads.append(like(ref, shape))
-            else:
-                if tuple(g.shape) != shape or g.dtype != q.dtype:
-                    raise ValueError(f"{op}: {n} must be {q.dtype} {shape}, got {g.dtype} "
-                                     f"{g.shape}")
-                grads.append(elem_strides(g, n, op))
+        grads = grad_strides(op, (dq, dk, dv), (qs, ks, vs),
+                             ((b, h_q, s_q, d), (b, h_kv, s_kv, d), (b, h_kv, s_kv, d_v)),
+                             q.dtype)
         spec = _ag.Spec(q.dtype, b, h_q, h_kv, s_q, s_kv, d, d_v, qs, ks, vs,
                         elem_strides(o, "o", op),
                         float(1.0 / math.sqrt(d) if scale is None else scale), bool(causal),
@@ -270,16 +257,7 @@ class SdpaBackwardPlan(SdpaPlanBase):
         self._setup(spec, dev, graphs, max_candidates)
 
     def _operand_specs(self):
-        s = self._spec
-        return [("q", (s.b, s.h_q, s.s_q, s.d), s.q_strides),
-                ("k", (s.b, s.h_kv, s.s_kv, s.d), s.k_strides),
-                ("v", (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides),
-                ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides),
-                ("do", (s.b, s.h_q, s.s_q, s.d_v), s.do_strides),
-                ("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)),
-                ("dq", (s.b, s.h_q, s.s_q, s.d), s.dq_strides),
-                ("dk", (s.b, s.h_kv, s.s_kv, s.d), s.dk_strides),
-                ("dv", (s.b, s.h_kv, s.s_kv, s.d_v), s.dv_strides)]
+        return backward_operands(self._spec)
 
     def execute(self, q, k, v, o, do, stats, *, bias=None, seq_lens_q=None, seq_lens_kv=None,
                 seed=None, out=None, stream=None):
@@ -303,19 +281,13 @@ class SdpaBackwardPlan(SdpaPlanBase):
             ``dq``, ``dk``, ``dv``.
         """
         op = "SdpaBackwardPlan.execute"
-        dq, dk, dv = _out3(op, out)
+        dq, dk, dv = out3(op, out)
         (q, k, v, o, do, stats), dev, s = self._front(
             op, ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do"), (stats, "stats")), stream)
         sp = self._spec
-        specs = self._specs
-        for arr, (name, shape, est) in zip((q, k, v, o, do), specs):
+        for arr, (name, shape, est) in zip((q, k, v, o, do), self._specs):
             self._match(op, arr, name, shape, est, sp.dtype)
-        _, shape, est = specs[5]
-        if stats.shape != shape or stats.dtype != F32 or \
-                stats.strides != byte_strides(est, 4) or stats.address % ALIGN:
-            raise ValueError(f"{op}: stats is {stats.dtype} {stats.shape} with byte strides "
-                             f"{stats.strides}; this problem's forward gives packed float32 "
-                             f"{shape}, 16-byte aligned (statistics from another problem?)")
+        self._stats_in(op, stats)
         vals = {"q": q.address, "k": k.address, "v": v.address, "o": o.address, "do": do.address,
                 "stats": stats.address}
         keep = self._extras(op, vals, bias, seq_lens_q, seq_lens_kv, seed, dev, s)
@@ -329,15 +301,6 @@ class SdpaBackwardPlan(SdpaPlanBase):
         self._launch(dev, s, vals, bool(sp.dropout and sp.seed_by_value))
         del keep
         return tuple(grads)
-
-
-def _out3(op, out):
-    if out is None:
-        return None, None, None
-    if not isinstance(out, (tuple, list)) or len(out) != 3:
-        raise TypeError(f"{op}: out must be a (dq, dk, dv) tuple (entries may be None), not "
-                        f"{type(out).__name__}")
-    return tuple(out)
 
 
 # -- the one-shot functions ----------------------------------------------------------------------------
@@ -423,7 +386,7 @@ def sdpa_backward(q, k, v, o, do, stats, *, scale=None, causal=False, bias=None,
     -------
     (DeviceArray, DeviceArray, DeviceArray)
     """
-    dq, dk, dv = _out3("sdpa_backward", out)
+    dq, dk, dv = out3("sdpa_backward", out)
     q, k, v, o, do, bias, dq, dk, dv, dev = _operands(
         "sdpa_backward", (q, "q"), (k, "k"), (v, "v"), (o, "o"), (do, "do"), (bias, "bias"),
         (dq, "dq"), (dk, "dk"), (dv, "dv"), stream=stream, required=5)

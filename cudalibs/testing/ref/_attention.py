@@ -16,13 +16,21 @@ Operands are logical ``[b, h, s, d]`` whatever their memory layout: ``q`` is
 A query row with no visible key (beyond its sequence length, or all its keys padded) has
 output 0, statistic ``-inf`` and gradients 0: libraries leave such rows unspecified, so
 compare the rows that exist (:func:`valid_rows`).
+
+The fp8 references (:func:`sdpa_fp8_forward`, :func:`sdpa_fp8_backward`) follow cuDNN's fp8
+attention graph step by step: dequantised inputs, the fp8 roundings of ``P`` and ``dS`` with
+their scales (:func:`quantize_fp8`), the amax of each scaled tensor, the outputs rounded with
+theirs.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-__all__ = ["sdpa_forward", "sdpa_backward", "sdpa_mask", "valid_rows"]
+__all__ = ["sdpa_forward", "sdpa_backward", "sdpa_mask", "valid_rows", "sdpa_fp8_forward",
+           "sdpa_fp8_backward", "quantize_fp8", "Fp8Attention", "Fp8Gradients"]
 
 
 def _f64(x) -> np.ndarray:
@@ -169,8 +177,212 @@ def sdpa_backward(q, k, v, do, *, scale=None, causal=False, bias=None, seq_lens_
     ds = p * (dp - (dp * p).sum(axis=3, keepdims=True)) * scale
     dq = np.einsum("bhij,bhjd->bhid", ds, ke)
     dk = np.einsum("bhij,bhid->bhjd", ds, q)
-    b, h_q = q.shape[:2]
-    g = h_q // h_kv
-    dk = dk.reshape(b, h_kv, g, *dk.shape[2:]).sum(axis=2)
-    dv = dv.reshape(b, h_kv, g, *dv.shape[2:]).sum(axis=2)
-    return dq, dk, dv
+    return dq, _group_sum(dk, h_kv), _group_sum(dv, h_kv)
+
+
+def _group_sum(x, h_kv):
+    """A key/value gradient per query head, summed over the query heads of each group."""
+    b, h_q = x.shape[:2]
+    return x.reshape(b, h_kv, h_q // h_kv, *x.shape[2:]).sum(axis=2)
+
+
+# -- fp8 --------------------------------------------------------------------------------------------
+# The fp8 attention of cuDNN's graph (cudalibs.cudnn.attention.sdpa_fp8), step by step: operands
+# are fp8 values with float32 per-tensor scales; every fp8 matmul runs on the stored values and
+# multiplies the float product by the descales of its operands; what the graph writes or passes
+# on in fp8 is multiplied by its scale and rounded to the nearest fp8 value (ties to even),
+# saturating at the type's largest finite value.  The amax outputs are the largest magnitudes
+# of the real-unit (descaled, not yet scaled) values.
+
+class Fp8Attention(NamedTuple):
+    """:func:`sdpa_fp8_forward`'s result.
+
+    Attributes
+    ----------
+    o : numpy.ndarray
+        The output in ``out_dtype`` (fp8 values: ``o_real * scale_o``, rounded).
+    o_real : numpy.ndarray
+        float64 ``P8 @ V`` in real units, before the output's scale and rounding.
+    stats : numpy.ndarray
+        float64 ``max + log(sum(exp))`` per row, ``[b, h_q, s_q, 1]``.
+    amax_s, amax_o : float
+        ``max |P|`` (the probabilities before their scale) and ``max |o_real|``.
+    """
+
+    o: np.ndarray
+    o_real: np.ndarray
+    stats: np.ndarray
+    amax_s: float
+    amax_o: float
+
+
+class Fp8Gradients(NamedTuple):
+    """:func:`sdpa_fp8_backward`'s result: the gradients in their fp8 (or half) type, the
+    same in real units before their scale and rounding (float64), and the amax of each, of
+    ``dS`` (``amax_dp``) too."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dq_real: np.ndarray
+    dk_real: np.ndarray
+    dv_real: np.ndarray
+    amax_dq: float
+    amax_dk: float
+    amax_dv: float
+    amax_dp: float
+
+
+def _fp8_dtype(dtype):
+    import ml_dtypes
+
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2),
+                  np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)):
+        raise TypeError(f"the fp8 attention writes float8_e4m3fn, float8_e5m2 or a half type, "
+                        f"not {dt}")
+    return dt, float(ml_dtypes.finfo(dt).max)
+
+
+def quantize_fp8(x, scale, dtype) -> np.ndarray:
+    """``x * scale`` rounded to ``dtype`` (nearest, ties to even), saturated at its largest
+    finite value (what a ``satfinite`` conversion does); NaN stays NaN.
+
+    Parameters
+    ----------
+    x : array-like
+    scale : float
+    dtype : dtype-like
+        ``float8_e4m3fn`` or ``float8_e5m2`` (or float16/bfloat16/float32).
+
+    Returns
+    -------
+    numpy.ndarray
+        Of ``dtype``.
+    """
+    dt, top = _fp8_dtype(dtype)
+    y = _f64(x) * float(scale)
+    return np.clip(y, -top, top).astype(dt)
+
+
+def _fp8_values(x, descale) -> np.ndarray:
+    """The real values of stored fp8 ``x`` (float64)."""
+    return _f64(x) * float(np.asarray(descale, np.float64).reshape(-1)[0])
+
+
+def _scalar(x) -> float:
+    return float(np.asarray(x, np.float64).reshape(-1)[0])
+
+
+def _io_type(x, given):
+    if given is not None:
+        return given
+    dt = np.asarray(x).dtype
+    return dt if dt.name.startswith("float8") else np.dtype(_fp8_dtype("float8_e4m3fn")[0])
+
+
+def sdpa_fp8_forward(q, k, v, *, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
+                     scale=None, causal=False, seq_lens_q=None, seq_lens_kv=None,
+                     out_dtype=None, quantize_p=True) -> Fp8Attention:
+    """The fp8 attention forward, as cuDNN's graph defines it.
+
+    ``S = (q k^T) * scale * descale_q * descale_k`` (masked), ``P = softmax(S)``,
+    ``amax_s = max |P|``, ``P8 = fp8(P * scale_s)`` (``q``'s type),
+    ``o_real = (P8 @ v) * descale_s * descale_v``, ``amax_o = max |o_real|``,
+    ``o = fp8(o_real * scale_o)``.
+
+    Parameters
+    ----------
+    q, k, v : array-like
+        The stored fp8 values (ml_dtypes float8 arrays, or numbers), ``[b, h, s, d]`` as for
+        :func:`sdpa_forward`.
+    descale_q, descale_k, descale_v, descale_s, scale_s, scale_o : float or array-like
+        The per-tensor scales (one value each).
+    scale, causal, seq_lens_q, seq_lens_kv
+        As for :func:`sdpa_forward`.
+    out_dtype : dtype-like, optional
+        ``o``'s type (default: ``q``'s fp8 type).
+    quantize_p : bool
+        Round ``P * scale_s`` to fp8 as the graph does (False keeps it exact: the attention
+        of the dequantised inputs, for a bound that counts that rounding as error).
+
+    Returns
+    -------
+    Fp8Attention
+    """
+    p_type = _io_type(q, None)
+    out_dtype = _io_type(q, out_dtype)
+    qr, kr, vr = (_fp8_values(x, d) for x, d in ((q, descale_q), (k, descale_k),
+                                                  (v, descale_v)))
+    qr, ke, ve, scale, _, vis, _ = _prepare(qr, kr, vr, scale, causal, seq_lens_q, seq_lens_kv,
+                                            None, 0.0)
+    p, stats, _ = _probabilities(qr, ke, scale, None, vis)
+    amax_s = float(np.abs(p).max())
+    p8 = _f64(quantize_fp8(p, scale_s, p_type)) if quantize_p else p * _scalar(scale_s)
+    o_real = np.einsum("bhij,bhjd->bhid", p8, ve) * _scalar(descale_s)
+    return Fp8Attention(quantize_fp8(o_real, scale_o, out_dtype), o_real, stats, amax_s,
+                        float(np.abs(o_real).max()))
+
+
+def sdpa_fp8_backward(q, k, v, o, do, *, descale_q, descale_k, descale_v, descale_o,
+                      descale_do, descale_s, descale_dp, scale_s, scale_dq, scale_dk, scale_dv,
+                      scale_dp, scale=None, causal=False, seq_lens_q=None, seq_lens_kv=None,
+                      stats=None, grad_dtype=None, quantize=True) -> Fp8Gradients:
+    """The fp8 attention backward, as cuDNN's graph defines it.
+
+    ``P`` recomputed: ``exp(S - stats)`` from the forward's statistics, as the graph does,
+    or (``stats`` None) the exact softmax of :func:`sdpa_fp8_forward`;
+    ``dv_real = fp8(P * scale_s)^T @ do * descale_s * descale_do`` (summed over each group's
+    query heads); ``D = rowsum(do * o) * descale_do * descale_o`` (``o`` the forward's fp8
+    output); ``dS = P * ((do @ v^T) * descale_do * descale_v - D) * scale``,
+    ``amax_dp = max |dS|``, ``dS8 = fp8(dS * scale_dp)`` (``do``'s type);
+    ``dq_real = dS8 @ k * descale_dp * descale_k``, ``dk_real = dS8^T @ q * descale_dp *
+    descale_q``; each gradient ``fp8(dX_real * scale_dX)``.
+
+    Parameters
+    ----------
+    q, k, v, o, do : array-like
+        Stored fp8 values; ``o`` as the forward wrote it.
+    descale_*, scale_* : float or array-like
+        The per-tensor scales.
+    scale, causal, seq_lens_q, seq_lens_kv
+        As for :func:`sdpa_forward`.
+    stats : array-like, optional
+        ``[b, h_q, s_q, 1]``, the statistics the forward wrote (a library's own, to mirror
+        its recomputation of ``P``; rows that see no key are ignored).
+    grad_dtype : dtype-like, optional
+        The gradients' type (default: ``do``'s).
+    quantize : bool
+        Round ``P`` and ``dS`` to fp8 as the graph does (False keeps them exact).
+
+    Returns
+    -------
+    Fp8Gradients
+    """
+    p_type, ds_type = _io_type(q, None), _io_type(do, None)
+    grad_dtype = _io_type(do, grad_dtype)
+    dq_s = _scalar(descale_dp)
+    qr, kr, vr = (_fp8_values(x, d) for x, d in ((q, descale_q), (k, descale_k),
+                                                  (v, descale_v)))
+    qr, ke, ve, scale, _, vis, h_kv = _prepare(qr, kr, vr, scale, causal, seq_lens_q,
+                                               seq_lens_kv, None, 0.0)
+    dor = _fp8_values(do, descale_do)
+    p, _, rows = _probabilities(qr, ke, scale, None, vis)
+    if stats is not None:
+        st = np.where(rows, _f64(stats), 0.0)
+        sc = np.einsum("bhid,bhjd->bhij", qr, ke) * scale
+        p = np.where(vis, np.exp(np.where(vis, sc, 0.0) - st), 0.0)
+    p8 = _f64(quantize_fp8(p, scale_s, p_type)) if quantize else p * _scalar(scale_s)
+    dv = np.einsum("bhij,bhid->bhjd", p8, dor) * _scalar(descale_s)
+    d_rows = (dor * _fp8_values(o, descale_o)).sum(axis=3, keepdims=True)
+    ds = p * (np.einsum("bhid,bhjd->bhij", dor, ve) - d_rows) * scale
+    amax_dp = float(np.abs(ds).max())
+    ds8 = (_f64(quantize_fp8(ds, scale_dp, ds_type)) if quantize else ds * _scalar(scale_dp)) \
+        * dq_s
+    dq = np.einsum("bhij,bhjd->bhid", ds8, ke)
+    dk = _group_sum(np.einsum("bhij,bhid->bhjd", ds8, qr), h_kv)
+    dv = _group_sum(dv, h_kv)
+    amax = [float(np.abs(x).max()) for x in (dq, dk, dv)]
+    grads = [quantize_fp8(x, sc, grad_dtype) for x, sc in ((dq, scale_dq), (dk, scale_dk),
+                                                           (dv, scale_dv))]
+    return Fp8Gradients(*grads, dq, dk, dv, *amax, amax_dp)

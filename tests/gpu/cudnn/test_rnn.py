@@ -284,8 +284,12 @@ def test_matches_torch_with_the_same_weights(device, mode, layers, bi, proj, bat
         dw = rnn.backward_weights(state)
         assert sorted(dw) == sorted(names)
         for name, g in zip(names, grads[len(inputs):]):
+            # Twice _both: a weight gradient sums over steps, batch and (in the second layer)
+            # both directions' outputs, and the two libraries sum in different orders (a
+            # float32 dbias of a 2-layer bidirectional tanh RNN, 1 step, batch 4, hidden 8,
+            # differed by 2.54e-5).  A weight in the wrong place differs by far more.
             T.assert_close(dw[name], g.cpu().double().numpy(), dt,
-                           rtol=_both(dt), msg=f"d{name} vs torch")
+                           rtol=2 * _both(dt), msg=f"d{name} vs torch")
     finally:
         torch.backends.cudnn.allow_tf32 = old_tf32
         rnn.close()

@@ -1,7 +1,9 @@
 """cuSPARSE against float64 scipy.sparse: SpMV and SpMM on every format (CSR, CSC, COO, BSR),
 SDDMM, SpGEMM, the triangular solves, the conversions (from scipy matrices stored out of order
-too); the choice of deterministic algorithms; plans from many threads and under CUDA graph
-capture; autotuning and the plans' lifetime.
+too); the choice of algorithms (every one by default, cuSPARSE's default untuned; only the
+deterministic ones on request); plans from many threads (bitwise equal to serial results with
+deterministic algorithms, within the tolerance with the default ones) and under CUDA graph
+capture; autotuning and the plans' lifetime.  Blocked-ELL has test_blocked_ell.py.
 
 Bounds: a product's error is judged element-wise against ``|A| @ |x|`` (the size of the terms
 each sum adds; ``assert_close(..., scale=...)``), relative 1e-5 in float32 and the float64
@@ -20,7 +22,7 @@ import cudalibs as cl
 from cudalibs import cusparse
 from cudalibs import testing as T
 
-from .._threads import match_serial
+from .._threads import in_threads, match_serial
 
 GPU = settings(max_examples=30, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -146,14 +148,17 @@ def test_spmv_complex_and_conjugate_transpose(device, rng):
 def test_spmv_plan_algorithms_and_autotune(device, rng):
     host = _random(500, 400, 0.05, F32, rng)
     A = cusparse.from_scipy(host)
-    # By default the one algorithm cuSPARSE documents as deterministic for CSR with op "N".
-    plan = cusparse.SpMV(A).plan()
+    # deterministic=True: the one algorithm cuSPARSE documents as deterministic for CSR
+    # with op "N".
+    plan = cusparse.SpMV(A, deterministic=True).plan()
     assert [c["name"] for c in plan.candidates] == ["CUSPARSE_SPMV_CSR_ALG2"]
     assert plan.deterministic
     plan.close()
-    plan = cusparse.SpMV(A, deterministic=False).plan()
-    assert plan.candidates[0]["name"] == "CUSPARSE_SPMV_ALG_DEFAULT"
+    # By default every algorithm, cuSPARSE's default first: what runs untuned.
+    plan = cusparse.SpMV(A).plan()
+    assert plan.candidates[0]["name"] == "CUSPARSE_SPMV_ALG_DEFAULT" and plan.choice == 0
     assert len(plan.candidates) == len(cusparse.plan.SPMV_ALGS["csr"])
+    assert plan.deterministic is False
     plan.autotune(force=True)
     assert plan.tuned and "autotuned" in repr(plan)
     x = _vector(400, F32, rng)
@@ -172,10 +177,10 @@ def test_deterministic_choices(device, rng):
     x = cl.to_device(_vector(2000, F32, rng))
     b = T.random_array((2000, 16), F32, rng=rng)
     b, bf = cl.to_device(b), cl.to_device(np.asfortranarray(b))   # COO_ALG2: column-major
-    cases = [(cusparse.SpMV(A), "CUSPARSE_SPMV_CSR_ALG2", (x,)),
-             (cusparse.SpMV(C), "CUSPARSE_SPMV_COO_ALG2", (x,)),
-             (cusparse.SpMM(A, b), "CUSPARSE_SPMM_CSR_ALG3", (b,)),
-             (cusparse.SpMM(C, bf), "CUSPARSE_SPMM_COO_ALG2", (bf,))]
+    cases = [(cusparse.SpMV(A, deterministic=True), "CUSPARSE_SPMV_CSR_ALG2", (x,)),
+             (cusparse.SpMV(C, deterministic=True), "CUSPARSE_SPMV_COO_ALG2", (x,)),
+             (cusparse.SpMM(A, b, deterministic=True), "CUSPARSE_SPMM_CSR_ALG3", (b,)),
+             (cusparse.SpMM(C, bf, deterministic=True), "CUSPARSE_SPMM_COO_ALG2", (bf,))]
     for plan, name, args in cases:
         plan.autotune()
         assert [c["name"] for c in plan.candidates] == [name] and plan.deterministic, repr(plan)
@@ -184,7 +189,7 @@ def test_deterministic_choices(device, rng):
             np.testing.assert_array_equal(plan.execute(*args).get(), first, err_msg=name)
         plan.close()
     # A transposed product has no deterministic algorithm: asked for, it is refused; by
-    # default the plan runs cuSPARSE's others and says so.
+    # default the plan runs cuSPARSE's default and says it is not deterministic.
     with pytest.raises(ValueError, match="no deterministic algorithm"):
         cusparse.SpMV(A, op="T", deterministic=True)
     plan = cusparse.SpMV(A, op="T").plan()
@@ -234,7 +239,7 @@ def test_spmm_autotune_against_the_default(device, rng):
     host = _random(2000, 2000, 0.01, F32, rng)
     A = cusparse.from_scipy(host)
     b = cl.to_device(T.random_array((2000, 64), F32, rng=rng))
-    plan = cusparse.SpMM(A, b, deterministic=False)      # every algorithm, the default first
+    plan = cusparse.SpMM(A, b)      # every algorithm, the default first
     cands = plan.autotune(force=True)
     assert cands[0]["name"] == "CUSPARSE_SPMM_ALG_DEFAULT"
     assert len(cands) >= 2 and all("ms" in c for c in cands)
@@ -242,11 +247,40 @@ def test_spmm_autotune_against_the_default(device, rng):
     got = plan.execute(b, beta=0.0)
     ref = host.toarray().astype(np.float64)
     T.assert_close(got, ref @ b.get(), F32, rtol=1e-5, scale=np.abs(ref) @ np.abs(b.get()))
-    again = cusparse.SpMM(A, b, deterministic=False)
+    again = cusparse.SpMM(A, b)
     again.autotune()            # the tuning store's choice, without timing
     assert again.choice == plan.choice and again.tuned
-    plan.close()
-    again.close()
+    # The deterministic mode is tuned under a key of its own: it times its own candidates
+    # and never takes the default mode's choice.
+    det = cusparse.SpMM(A, b, deterministic=True)
+    det.autotune()
+    assert [c["name"] for c in det.candidates] == ["CUSPARSE_SPMM_CSR_ALG3"]
+    assert det.deterministic and det.tuned
+    for p in (plan, again, det):
+        p.close()
+
+
+def test_the_one_shots_run_cusparse_default_untuned(device, rng):
+    """spmv and spmm(autotune=False) run the first candidate, cuSPARSE's default algorithm,
+    with every algorithm offered (deterministic=False); spmm autotunes among them all."""
+    host = _random(300, 300, 0.05, F32, rng)
+    A = cusparse.from_scipy(host)
+    x = cl.to_device(_vector(300, F32, rng))
+    b = cl.to_device(T.random_array((300, 8), F32, rng=rng))
+    cusparse.spmv(A, x)
+    cusparse.spmm(A, b, autotune=False)
+    cusparse.spmm(A, b)
+    plans = {(e.key["op"], e.key["ops"][2] if e.key["op"] == "spmm" else None): e.plan
+             for e in cl.plan_cache().entries("cusparse") if e.key["matrix"] == A.token}
+    for key in (("spmv", None), ("spmm", False)):
+        p = plans[key]
+        assert p.choice == 0 and not p.tuned, repr(p)
+        assert p.candidates[0]["name"].endswith("_ALG_DEFAULT"), repr(p)
+        assert len(p.candidates) > 1, repr(p)
+    tuned = plans[("spmm", True)]
+    assert tuned.tuned and len(tuned.candidates) > 1 and all("ms" in c
+                                                             for c in tuned.candidates)
+    A.close()
 
 
 # -- SDDMM, SpGEMM, solves, conversions ------------------------------------------------------------
@@ -402,23 +436,65 @@ def test_from_torch(device, rng):
 
 # -- threads, graphs, lifetime ----------------------------------------------------------------------
 def test_shared_plans_from_threads_are_bitwise_serial(device, rng):
-    """Threads sharing plans get the serial results bit for bit, on the default path: it runs
-    the algorithms cuSPARSE documents as deterministic (SpMV CSR_ALG2 and COO_ALG2, SpMM
+    """Threads sharing plans get the serial results bit for bit with deterministic=True: it
+    runs the algorithms cuSPARSE documents as deterministic (SpMV CSR_ALG2 and COO_ALG2, SpMM
     CSR_ALG3), so any difference is a plan's state shared wrongly, not summation order."""
     host = _random(3000, 3000, 0.005, F32, rng)
     A = cusparse.from_scipy(host)
     C = cusparse.from_scipy(host.tocoo())
     xs = [cl.to_device(_vector(3000, F32, rng)) for _ in range(8)]
     bs = [cl.to_device(T.random_array((3000, 16), F32, rng=rng)) for _ in range(8)]
-    spmv = cusparse.SpMV(A).plan()
-    calls = [lambda s, x=x, b=b: (spmv.execute(x, stream=s), cusparse.spmm(A, b, stream=s),
-                                  cusparse.spmv(C, x, alpha=-0.5, stream=s))
+    spmv = cusparse.SpMV(A, deterministic=True).plan()
+    calls = [lambda s, x=x, b=b: (spmv.execute(x, stream=s),
+                                  cusparse.spmm(A, b, deterministic=True, stream=s),
+                                  cusparse.spmv(C, x, alpha=-0.5, deterministic=True,
+                                                stream=s))
              for x, b in zip(xs, bs)]
     match_serial(device, calls, repeats=6, pick=lambda t, r: ((t + r) % len(xs),))
     plans = [spmv] + [e.plan for e in cl.plan_cache().entries("cusparse")
                       if e.key["matrix"] in (A.token, C.token)]
     assert len(plans) == 3 and all(p.deterministic for p in plans), [repr(p) for p in plans]
     spmv.close()
+
+
+def test_shared_default_plans_from_threads_are_right(device, rng):
+    """The default (fastest) algorithms may sum in another order on every run, so threads
+    sharing their plans are judged against the float64 reference within the tolerance: each
+    thread, on its own stream, gets its own operands' product, whichever thread wrote the
+    plan's descriptors last (a product of another thread's operands, or an unwritten out,
+    would be far outside it)."""
+    host = _random(3000, 3000, 0.005, F32, rng)
+    ref = host.toarray().astype(np.float64)
+    A = cusparse.from_scipy(host)
+    C = cusparse.from_scipy(host.tocoo())
+    hx = [_vector(3000, F32, rng) for _ in range(8)]
+    hb = [T.random_array((3000, 16), F32, rng=rng) for _ in range(8)]
+    spmv = cusparse.SpMV(A).plan()
+    spmm = cusparse.SpMM(A, cl.to_device(hb[0]))
+    spmm.autotune()
+
+    def work(t, s):
+        x, b = cl.to_device(hx[t], stream=s), cl.to_device(hb[t], stream=s)
+        got = []
+        for _ in range(6):
+            y = _poisoned((3000,), F32, stream=s)
+            c = _poisoned((3000, 16), F32, stream=s)
+            got.append((spmv.execute(x, y, stream=s), spmm.execute(b, c, stream=s),
+                        cusparse.spmv(C, x, alpha=-0.5, stream=s)))
+        s.sync()
+        return [tuple(g.get() for g in r) for r in got]
+
+    for t, rounds in enumerate(in_threads(device, work)):
+        for y, c, z in rounds:
+            T.assert_close(y, ref @ hx[t], F32, rtol=1e-5, scale=np.abs(ref) @ np.abs(hx[t]),
+                           msg=f"thread {t} spmv")
+            T.assert_close(c, ref @ hb[t], F32, rtol=1e-5, scale=np.abs(ref) @ np.abs(hb[t]),
+                           msg=f"thread {t} spmm")
+            T.assert_close(z, -0.5 * ref @ hx[t], F32, rtol=1e-5,
+                           scale=0.5 * np.abs(ref) @ np.abs(hx[t]), msg=f"thread {t} coo")
+    assert spmv.deterministic is False
+    spmv.close()
+    spmm.close()
 
 
 def test_plans_under_graph_capture(device, rng):

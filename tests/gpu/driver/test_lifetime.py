@@ -264,3 +264,41 @@ def test_release_all_frees_workspaces_and_cached_blocks(device):
     assert ws.total_bytes() == 0
     assert device.memory_pool.cached_bytes == 0
     s.close()
+
+
+def test_eviction_while_another_thread_captures(device):
+    """Evicting a stream's workspace waits for the device; while another thread records a
+    graph that wait is refused, so the buffer is freed once the recording ends instead."""
+    import threading
+    ws = handles.Workspaces()
+    streams = [cl.Stream(device) for _ in range(ws.MAX)]
+    for s in streams:
+        ws.get(device, s.handle, 1 << 20)
+    capturing, evicted = threading.Event(), threading.Event()
+    errors = []
+
+    def record():
+        s = cl.Stream(device)
+        buf = cl.alloc(256, device)
+        try:
+            with cl.graph.capture(s):
+                buf.memset(1, s)
+                capturing.set()
+                evicted.wait(30)
+        except BaseException as exc:   # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    t = threading.Thread(target=record)
+    t.start()
+    assert capturing.wait(30)
+    extra = cl.Stream(device)
+    try:
+        ws.get(device, extra.handle, 1 << 20)   # one stream too many: the oldest is evicted
+        assert ws.size(device, streams[0].handle) == 0
+        assert ws.total_bytes() == ws.MAX * (1 << 20)
+    finally:
+        evicted.set()
+        t.join()
+    assert not errors, errors
+    ws.release()
+    assert ws.total_bytes() == 0 and not ws._retired

@@ -76,7 +76,8 @@ def bits(a):
 def test_every_entry_loads_and_fits_its_block(device, stem):
     """The driver JIT-compiles each shipped PTX; every kernel fits the block its wrapper uses."""
     largest_block = {"wmma": 128, "softmax": 512, "matmul": 256, "layout": 256,
-                     "elementwise": 256, "train": 512}[stem]
+                     "elementwise": 256, "train": 512, "fp8": 512,
+                     "grouped": 256}[stem]
     for name in P.ENTRIES[stem]:
         k = ptxlib.kernel(device, name)
         assert k.max_threads_per_block >= largest_block, (name, k.attributes())

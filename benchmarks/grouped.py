@@ -1,0 +1,318 @@
+"""Grouped GEMM of mixture-of-experts layers: cudalibs' two paths beside torch._grouped_mm and
+a loop of torch.matmul, bf16.
+
+Run from a checkout::
+
+    PYTHONPATH=. python3 benchmarks/grouped.py            # on a GPU, about 1-2 minutes
+    PYTHONPATH=. python3 benchmarks/grouped.py --quick    # the small shapes only
+
+What is measured
+----------------
+1. **One expert layer**: ``T`` tokens routed to ``E`` experts with Zipf-like skewed counts
+   (expert ``i`` of the ranking gets a share proportional to ``1 / (i + 1)``, the ranking
+   shuffled; for 64 experts the least popular one gets no token), ``out[rows of e] = x[rows
+   of e] @ w[e]``, for E = 8 and 64 and hidden sizes 4096 -> 14336 and 2048 -> 1408:
+
+   - ``kernels.grouped_mm``: the device-offsets kernel through a held :class:`GroupedMM`
+     plan (chosen by its heuristic), w as (E, K, N) and as the transposed view of an
+     (E, N, K) tensor ("nk", how a Linear layer keeps its weight);
+   - ``cublas.gemm_grouped``: one ``cublasGemmGroupedBatchedEx`` over lists of views made
+     once (the "prepared" column), and with the views made from the host counts on every
+     call (what a step that knows its counts on the host pays);
+   - ``torch._grouped_mm(x, w, offs)`` (where torch has it) and a Python loop of
+     ``torch.matmul`` over the experts.
+
+   TFLOP/s = 2 T K N / time (the tokens each do one K x N product).  Every library runs on
+   the same memory (torch tensors, borrowed by cudalibs once, outside the timing), each on a
+   stream of its own, timed with its own CUDA events; the contenders' repeats alternate.
+2. **Captured replay with changing counts**: the device-offsets kernel captured once as a
+   CUDA graph (capacity T), then replayed with three count vectors written into the device
+   offsets between replays: the time of a replay (the copy of the offsets not included)
+   beside a direct call, and ``torch._grouped_mm`` captured with ``torch.cuda.graph`` and
+   replayed the same way, where that works.
+
+Ratios are ours/theirs in throughput (above 1: cudalibs faster).  No result is asserted:
+this is a measurement.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if not __package__:  # run as a script: measure this checkout's cudalibs, not an installed one
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import _common as common
+else:  # python -m benchmarks.grouped
+    from . import _common as common
+
+import cudalibs as cl
+from cudalibs import cublas, kernels
+
+#: (experts, K, N, tokens) of each layer measured; the first two are the --quick ones.
+LAYERS = ((8, 2048, 1408, 4096), (64, 2048, 1408, 16384), (8, 4096, 14336, 8192),
+          (64, 4096, 14336, 16384))
+
+
+def _counts(tokens: int, experts: int, rng) -> np.ndarray:
+    """Zipf-like token counts: shares proportional to 1 / rank, shuffled; with more than 8
+    experts the last one of the ranking gets no token (an empty group)."""
+    share = 1.0 / np.arange(1, experts + 1)
+    if experts > 8:
+        share[-1] = 0.0
+    counts = np.floor(tokens * share / share.sum()).astype(np.int64)
+    counts[0] += tokens - counts.sum()
+    return rng.permutation(counts)
+
+
+def _fmt(x, digits=1):
+    return f"{x:.{digits}f}" if isinstance(x, float) else common.NA
+
+
+def _tflops(t, k, n, ms):
+    return 2.0 * t * k * n / (ms * 1e-3) / 1e12 if isinstance(ms, float) else None
+
+
+def _iters(fn, sync, budget_ms=60.0) -> int:
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    one = (time.perf_counter() - t0) * 1e3
+    return int(max(2, min(100, budget_ms / max(one, 1e-3))))
+
+
+class _Layer:
+    """One expert layer's data, made by torch on the device (random, seeded) and borrowed by
+    cudalibs without a copy."""
+
+    def __init__(self, torch, experts, k, n, tokens, seed):
+        rng = np.random.default_rng(seed)
+        self.shape = (experts, k, n, tokens)
+        self.counts = _counts(tokens, experts, rng)
+        self.ends = np.cumsum(self.counts)
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        bf = torch.bfloat16
+        self.tx = torch.randn(tokens, k, device="cuda", dtype=bf, generator=gen)
+        self.tw = torch.randn(experts, k, n, device="cuda", dtype=bf, generator=gen) / k ** 0.5
+        self.tw_nk = self.tw.transpose(1, 2).contiguous().transpose(1, 2)
+        self.toffs = torch.tensor(self.ends, device="cuda", dtype=torch.int32)
+        self.tout = torch.empty(tokens, n, device="cuda", dtype=bf)
+        self.x, self.w, self.w_nk, self.offs, self.out = (
+            cl.asarray(t) for t in (self.tx, self.tw, self.tw_nk, self.toffs, self.tout))
+        torch.cuda.synchronize()        # cudalibs' streams read what torch's made
+
+    def views(self, starts_ends=None):
+        """Lists of per-expert views (a, b, out) for cublas.gemm_grouped."""
+        e = self.ends if starts_ends is None else starts_ends
+        lo = np.concatenate([[0], e[:-1]])
+        return ([self.x[a:b] for a, b in zip(lo, e)],
+                [self.w[g] for g in range(len(e))],
+                [self.out[a:b] for a, b in zip(lo, e)])
+
+
+def _layer_row(torch, d, s, clock, tclock) -> list[str]:
+    """Time one layer's contenders (their repeats alternating); its table row."""
+    experts, k, n, tokens = d.shape
+    plan = kernels.GroupedMM(d.x, d.w, d.offs, d.out).plan()
+    plan_nk = kernels.GroupedMM(d.x, d.w_nk, d.offs, d.out).plan()
+    al, bl, ol = d.views()
+    starts = np.concatenate([[0], d.ends[:-1]])
+
+    def per_call():
+        # what a step with host counts does: views from the counts, then one call
+        a, b, o = d.views(np.cumsum(d.counts))
+        return cublas.gemm_grouped(a, b, o, stream=s)
+
+    def loop():
+        for g, (lo, hi) in enumerate(zip(starts, d.ends)):
+            torch.matmul(d.tx[lo:hi], d.tw[g], out=d.tout[lo:hi])
+
+    cases = {
+        "kernel": (lambda: plan.execute(d.x, d.w, d.offs, d.out, stream=s), clock),
+        "kernel nk": (lambda: plan_nk.execute(d.x, d.w_nk, d.offs, d.out, stream=s), clock),
+        "cublas": (lambda: cublas.gemm_grouped(al, bl, ol, stream=s), clock),
+        "cublas per call": (per_call, clock),
+        "torch loop": (loop, tclock),
+    }
+    if hasattr(torch, "_grouped_mm"):
+        cases["torch._grouped_mm"] = (lambda: torch._grouped_mm(d.tx, d.tw, d.toffs), tclock)
+    try:
+        iters = _iters(cases["kernel"][0], s.sync)
+        times = common.time_interleaved(list(cases.values()), iters=iters, repeats=5,
+                                        warmup=2)
+    finally:
+        tile = plan.candidates[plan.choice]["name"]
+        plan.close()
+        plan_nk.close()
+        s.sync()
+    tf = {name: _tflops(tokens, k, n, common.median_spread(t)[0])
+          for name, t in zip(cases, times)}
+    ref = tf.get("torch._grouped_mm")
+    print(f"  E={experts} {k}->{n}: kernel {_fmt(tf['kernel'])} TFLOP/s, "
+          f"torch._grouped_mm {_fmt(ref)}", file=sys.stderr)
+    return [f"E={experts} {k}->{n} T={tokens}", tile,
+            *(_fmt(tf.get(c)) for c in ("kernel", "kernel nk", "cublas", "cublas per call",
+                                        "torch._grouped_mm", "torch loop")),
+            common.fmt_ratio(tf["kernel"], ref), common.fmt_ratio(tf["cublas"], ref)]
+
+
+def layers(torch, shapes):
+    s = cl.Stream()
+    clock = common.cudalibs_clock(s)
+    ts = torch.cuda.Stream()
+    tclock = common.torch_clock(torch, ts)
+    rows = []
+    torch.cuda.set_stream(ts)
+    try:
+        for i, (experts, k, n, tokens) in enumerate(shapes):
+            rows.append(_layer_row(torch, _Layer(torch, experts, k, n, tokens, seed=i), s,
+                                   clock, tclock))
+    finally:
+        torch.cuda.set_stream(torch.cuda.default_stream())
+    return common.markdown_table(
+        ["bf16 layer (skewed counts)", "kernel tiles", "kernel TFLOP/s", "kernel nk",
+         "cuBLAS grouped", "cuBLAS, views per call", "torch._grouped_mm", "torch.matmul loop",
+         "kernel/torch gmm", "cuBLAS/torch gmm"], rows, right=range(2, 10))
+
+
+def _replays(run, write, vectors, sync, event) -> list[float]:
+    """Milliseconds per replay for each count vector: ``write(v)`` then ``run()`` ``reps``
+    times between two events, the median of 5 such loops."""
+    out = []
+    for v in vectors:
+        write(v)
+        sync()
+        reps = _iters(run, sync)
+        loops = []
+        for _ in range(5):
+            start, end = event(), event()
+            start.record()
+            for _ in range(reps):
+                run()
+            end.record()
+            loops.append(end.elapsed(start) / reps)
+        out.append(sorted(loops)[2])
+    return out
+
+
+def captured(torch, shapes):
+    rows = []
+    for i, (experts, k, n, tokens) in enumerate(shapes):
+        d = _Layer(torch, experts, k, n, tokens, seed=100 + i)
+        rng = np.random.default_rng(200 + i)
+        vectors = [_counts(tokens, experts, rng), _counts(tokens // 2, experts, rng),
+                   np.eye(1, experts, experts // 2, dtype=np.int64)[0] * tokens]
+        s = cl.Stream()
+        offs = cl.empty((experts,), np.int32, stream=s)
+        offs.copy_(np.cumsum(vectors[0]).astype(np.int32), s)
+        kernels.grouped_mm(d.x, d.w, offs, d.out, stream=s)   # plans, loads: not captured
+        s.sync()
+        with cl.graph.capture(s) as g:
+            kernels.grouped_mm(d.x, d.w, offs, d.out, stream=s)
+        exe = g.instantiate()
+
+        class _Ev:
+            def __init__(self):
+                self.e = cl.Event(s.device)
+
+            def record(self):
+                self.e.record(s)
+
+            def elapsed(self, start):
+                self.e.sync()
+                return start.e.elapsed_ms(self.e)
+
+        def write(v):
+            offs.copy_(np.cumsum(v).astype(np.int32), s)
+
+        ours = _replays(lambda: exe.replay(s), write, vectors, s.sync, _Ev)
+        direct = _replays(lambda: kernels.grouped_mm(d.x, d.w, offs, d.out, stream=s), write,
+                          vectors, s.sync, _Ev)
+        theirs = [None] * len(vectors)
+        if hasattr(torch, "_grouped_mm"):
+            try:
+                tg = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    torch._grouped_mm(d.tx, d.tw, d.toffs)        # warm-up, not captured
+                torch.cuda.synchronize()
+                with torch.cuda.graph(tg):
+                    torch._grouped_mm(d.tx, d.tw, d.toffs)
+
+                class _TEv:
+                    def __init__(self):
+                        self.e = torch.cuda.Event(enable_timing=True)
+
+                    def record(self):
+                        self.e.record()
+
+                    def elapsed(self, start):
+                        self.e.synchronize()
+                        return start.e.elapsed_time(self.e)
+
+                theirs = _replays(tg.replay, lambda v: d.toffs.copy_(torch.tensor(
+                    np.cumsum(v), dtype=torch.int32)), vectors, torch.cuda.synchronize, _TEv)
+            except Exception as exc:  # noqa: BLE001 - a peer that cannot be captured: n/a
+                print(f"  torch._grouped_mm capture: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+        for v, o, dct, t in zip(vectors, ours, direct, theirs):
+            used = int(v.sum())
+            rows.append([f"E={experts} {k}->{n} cap={tokens}", f"{used} tokens",
+                         _fmt(o * 1e3), _fmt(dct * 1e3), _fmt(t * 1e3 if t else None),
+                         _fmt(_tflops(used, k, n, o)),
+                         common.fmt_ratio(t / o if t else None, 1.0)])
+        exe.close()
+        g.close()
+        s.sync()
+    return common.markdown_table(
+        ["captured once", "this replay", "kernel replay µs", "kernel direct call µs",
+         "torch gmm replay µs", "kernel TFLOP/s", "torch/ours time"], rows, right=range(2, 7))
+
+
+def main(argv=None) -> int:
+    ap = common.arg_parser(__doc__)
+    ap.add_argument("--quick", action="store_true", help="the small layers only")
+    args = ap.parse_args(argv)
+    common.exit_if_no_gpu("benchmarks/grouped.py")
+    torch_p = common.load_torch()
+    if not torch_p.ok:
+        # The layers' data and the peers are torch's: without it there is nothing to compare.
+        print(f"benchmarks/grouped.py: needs PyTorch with a GPU: {torch_p.version}")
+        return 2
+    torch = torch_p.module
+    dev = cl.Device(0)
+    if tuple(dev.compute_capability) < (8, 0):
+        print(f"benchmarks/grouped.py: needs compute capability 8.0 or newer, device 0 has "
+              f"{dev.compute_capability}")
+        return 2
+    print(f"# Grouped GEMM benchmark: {dev.name} (sm_{dev.compute_capability[0]}"
+          f"{dev.compute_capability[1]}), cuBLAS {'.'.join(map(str, cublas.version()))}, "
+          f"torch {torch_p.version}, torch._grouped_mm "
+          f"{'present' if hasattr(torch, '_grouped_mm') else 'absent'}\n")
+    shapes = LAYERS[:2] if args.quick else LAYERS
+    sections = [
+        ("One expert layer, bf16, skewed token counts", lambda: layers(torch, shapes)),
+        ("Captured once, replayed with new device counts", lambda: captured(
+            torch, shapes[:1] if args.quick else (shapes[1], shapes[2]))),
+    ]
+    for title, run in sections:
+        t0 = time.perf_counter()
+        try:
+            table = run()
+        except Exception as exc:  # one broken section must not hide the others
+            import traceback
+
+            traceback.print_exc()
+            table = f"error: {type(exc).__name__}: {exc}"
+        print(f"## {title}  ({time.perf_counter() - t0:.0f} s)\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,373 @@
+"""The grouped GEMMs without a GPU: the device-offsets kernel's build, its loader's refusal of
+older GPUs, the launch arguments of ``kernels.grouped_mm`` against the PTX signatures, the
+host arrays and pointer order of ``cublas.gemm_grouped``, and every refusal of bad input
+before any C call.
+
+Device arrays are stand-ins over fake addresses on fake devices (nothing is dereferenced):
+launches and the cuBLAS call are recorded, not made.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import types
+
+import numpy as np
+import pytest
+
+import cudalibs as cl
+from cudalibs import cublas, dtypes, kernels
+from cudalibs import ptx as P
+from cudalibs.cublas import _lib
+from cudalibs.driver import _params
+from cudalibs.driver.array import DeviceArray, c_strides
+from cudalibs.runtime import ptxlib
+from cudalibs.runtime.cache import cache as plan_cache
+
+grouped_blas = importlib.import_module("cudalibs.cublas.grouped")
+BF16, F16, F32 = np.dtype(dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def _build_script():
+    spec = importlib.util.spec_from_file_location("ptx_build", P.DIRECTORY / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Device:
+    """What the grouped wrappers read of a device."""
+
+    def __init__(self, ordinal, cc=(9, 0), sms=132):
+        self.ordinal = ordinal
+        self.compute_capability = cc
+        self.multiprocessor_count = sms
+        self.arch = f"sm_{cc[0]}{cc[1]}"
+
+
+class _Buffer:
+    __slots__ = ("_ptr",)
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+
+DEV, DEV1, OLD = _Device(0), _Device(1), _Device(5, cc=(7, 5))
+_next = [1 << 36]
+
+
+def fake(shape, dtype, device=DEV, strides=None, offset=0):
+    """A DeviceArray over a fake 256-byte-aligned address (plus ``offset`` bytes)."""
+    dt = dtypes.lookup(dtype)
+    shape = tuple(shape)
+    strides = c_strides(shape, dt.itemsize) if strides is None else tuple(strides)
+    span = sum((n - 1) * abs(s) for n, s in zip(shape, strides) if n) + dt.itemsize
+    ptr = _next[0]
+    _next[0] += (span + offset + 511) // 256 * 256
+    return DeviceArray._view(ptr + offset, shape, strides, dt, device, _Buffer(ptr), None)
+
+
+def nk(groups, k, n, dtype=BF16, device=DEV):
+    """The transposed view of a (G, N, K) array: w of shape (G, K, N) with K contiguous."""
+    item = np.dtype(dtype).itemsize
+    return fake((groups, k, n), dtype, device, strides=(n * k * item, item, k * item))
+
+
+@pytest.fixture()
+def launches(monkeypatch):
+    calls = []
+
+    def record(device, name, grid, block, args, stream, shared_mem=0):
+        calls.append((name, grid, block, args))
+
+    monkeypatch.setattr(ptxlib, "launch", record)
+    yield calls
+    plan_cache.clear(kernels.GROUPED_MM_KEY.name)
+    plan_cache.clear(cublas.GROUPED_KEY.name)
+
+
+_SIGS = {}
+
+
+def _packs(name, args):
+    """The arguments fit the kernel's PTX parameters."""
+    if not _SIGS:
+        _SIGS.update(_params.parse_entries(P.read_ptx("grouped")))
+
+    def no_objects(a, p):
+        raise AssertionError(f"{name} argument {p.index} is {type(a).__name__}")
+
+    _params.ParamBlock(_SIGS[name], name, no_objects).write(tuple(args))
+
+
+# -- the build and the loader -------------------------------------------------------------------
+def test_the_grouped_file_is_built_for_sm80_and_the_others_for_sm75():
+    build = _build_script()
+    assert P.target("grouped") == "sm_80" and P.compute_capability("grouped") == (8, 0)
+    assert build.nvcc_flags("grouped")[0] == "-arch=compute_80"
+    others = [s for s in P.ENTRIES if s != "grouped"]
+    assert others and all(P.target(s) == "sm_75" for s in others)
+    assert all(build.nvcc_flags(s) == build.NVCC_FLAGS for s in others)
+    text = P.read_ptx("grouped").decode()
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in text
+    assert "cp.async.cg.shared.global" in text and "ldmatrix.sync.aligned" in text
+
+
+def test_the_loader_refuses_grouped_kernels_on_gpus_before_sm80(monkeypatch):
+    loaded = []
+
+    def from_ptx(src, device=None):
+        loaded.append(device)
+        return {name: name for name in P.ENTRIES["layout"]}
+
+    monkeypatch.setattr(ptxlib.Module, "from_ptx", staticmethod(from_ptx))
+    ptxlib.clear_cache()
+    try:
+        for name in ("grouped_mm_bf16_kn_m128_bf16", "grouped_ptrs"):
+            with pytest.raises(cl.CudaLibsError, match=r"grouped\.ptx is built for sm_80 and "
+                                                       r"needs compute capability 8\.0 or "
+                                                       r"newer; device 5 has 7\.5"):
+                ptxlib.kernel(OLD, name)
+        assert loaded == []
+        # an sm_75 file loads on the same GPU
+        assert ptxlib.kernel(OLD, "transpose_b16") == "transpose_b16"
+        assert loaded == [OLD]
+    finally:
+        ptxlib.clear_cache()
+
+
+# -- kernels.grouped_mm: launch arguments -------------------------------------------------------
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+@pytest.mark.parametrize("out_f32", [False, True])
+@pytest.mark.parametrize("offs_dtype, cumulative", [(I32, False), (I64, True), (I32, True)])
+def test_grouped_mm_launch_arguments(launches, dtype, layout, out_f32, offs_dtype, cumulative):
+    groups, rows, k, n = 5, 1000, 64, 264
+    x = fake((rows, k + 8), dtype)[:, :k]                 # rows padded by 8 elements
+    w = fake((groups, k, n), dtype) if layout == "kn" else nk(groups, k, n, dtype)
+    odt = F32 if out_f32 else dtype
+    out = fake((rows, n), odt)
+    offs = fake((groups + 1 if cumulative else groups,), offs_dtype)
+    assert kernels.grouped_mm(x, w, offs, out) is out
+    (name, grid, block, args), = launches
+    suffix = "bf16" if dtype == BF16 else "f16"
+    tile = name.split("_")[4]
+    assert name == f"grouped_mm_{suffix}_{layout}_{tile}_{'f32' if out_f32 else suffix}"
+    bm = {"m128": 128, "m64": 64}[tile]
+    assert grid == ((rows + groups * (bm - 1)) // bm * 3, 1, 1) and block == (256, 1, 1)
+    flags = (offs_dtype == I64) | (2 if cumulative else 0)
+    ldw = n if layout == "kn" else k
+    assert args == (x.address, w.address, out.address, offs.address, flags, groups, rows, n,
+                    k, k + 8, ldw, k * n, n)
+    _packs(name, args)
+    # a second call of the shape: the same plan, the same launch
+    kernels.grouped_mm(x, w, offs, out)
+    assert launches[1] == launches[0]
+    assert len(plan_cache.entries(kernels.GROUPED_MM_KEY.name)) == 1
+
+
+def test_grouped_mm_plan_heuristic_and_execute(launches):
+    # 64 experts sharing 4096 rows: 64 rows a group, the 64-row tiles first.
+    small = kernels.GroupedMM(fake((4096, 128), BF16), fake((64, 128, 256), BF16),
+                              fake((65,), I32), fake((4096, 256), BF16)).plan()
+    assert [c["id"] for c in small.candidates] == ["m64", "m128"]
+    x, w, offs, out = (fake((16384, 512), BF16), fake((8, 512, 1024), BF16), fake((8,), I64),
+                       fake((16384, 1024), BF16))
+    big = kernels.GroupedMM(x, w, offs, out).plan()
+    assert [c["id"] for c in big.candidates] == ["m128", "m64"]
+    assert "8 groups, capacity 16384 rows" in repr(big) and "128x128 tiles" in repr(big)
+    big.select(1)
+    assert big.execute(x, w, offs, out) is out
+    assert launches[-1][0] == "grouped_mm_bf16_kn_m64_bf16"
+    with pytest.raises(ValueError, match="not the plan's"):
+        big.execute(x, nk(8, 512, 1024), offs, out)
+    with pytest.raises(TypeError, match="out has dtype float32"):
+        big.execute(x, w, offs, fake((16384, 1024), F32))
+    big.close()
+    with pytest.raises(cl.ClosedError):
+        big.execute(x, w, offs, out)
+
+
+def _refused(launches, exc, match, *args, **kwargs):
+    with pytest.raises(exc, match=match):
+        kernels.grouped_mm(*args, **kwargs)
+    assert launches == []
+
+
+def test_grouped_mm_refuses_bad_input_before_any_launch(launches):
+    g, rows, k, n = 4, 300, 32, 64
+    x, w, out = fake((rows, k), BF16), fake((g, k, n), BF16), fake((rows, n), BF16)
+    offs = fake((g + 1,), I32)
+    # groups and offsets
+    _refused(launches, ValueError, "offsets has 6 entries; w has 4 groups", x, w,
+             fake((g + 2,), I32), out)
+    _refused(launches, TypeError, "offsets has dtype float32", x, w, fake((g + 1,), F32), out)
+    _refused(launches, ValueError, "offsets must have 1 dimensions", x, w,
+             fake((g + 1, 1), I32), out)
+    _refused(launches, ValueError, "no groups", x, fake((0, k, n), BF16), offs, out)
+    # host offsets: checked, never copied when wrong
+    _refused(launches, ValueError, "beyond the capacity of x \\(300 rows\\)", x, w,
+             [0, 100, 200, 300, 301], out)
+    _refused(launches, ValueError, "decrease", x, w, [0, 100, 50, 200, 300], out)
+    _refused(launches, ValueError, "below row 0", x, w, [-1, 100, 150, 200, 300], out)
+    _refused(launches, ValueError, "5 \\(cumulative offsets\\) or 4", x, w, [0, 300], out)
+    _refused(launches, TypeError, "sequence of ints", x, w, [0.0, 1.5, 2, 3, 4], out)
+    # shapes, dtypes, layouts
+    _refused(launches, ValueError, "inner dimensions differ", x, fake((g, k + 8, n), BF16),
+             offs, out)
+    _refused(launches, TypeError, "x is bfloat16 but w is float16", x,
+             fake((g, k, n), F16), offs, out)
+    _refused(launches, TypeError, "supported: bfloat16, float16", fake((rows, k), F32),
+             fake((g, k, n), F32), offs)
+    _refused(launches, ValueError, "multiples of 8", fake((rows, 12), BF16),
+             fake((g, 12, n), BF16), offs, out)
+    _refused(launches, ValueError, "unit stride in its last dimension",
+             fake((rows, 2 * k), BF16)[:, ::2], w, offs, out)
+    _refused(launches, ValueError, "row stride", fake((rows, k + 4), BF16)[:, :k], w, offs,
+             out)
+    _refused(launches, ValueError, "unit stride in one of its last two", x,
+             fake((g, 2 * k, 2 * n), BF16)[:, ::2, ::2], offs, out)
+    _refused(launches, ValueError, "16-byte aligned", fake((rows, k), BF16, offset=2), w,
+             offs, out)
+    _refused(launches, ValueError, r"out has shape \(300, 72\)", x, w, offs,
+             fake((rows, n + 8), BF16))
+    _refused(launches, TypeError, "must be bfloat16 or float32", x, w, offs,
+             fake((rows, n), F16))
+    _refused(launches, TypeError, "out has dtype bfloat16 but out_dtype is float32", x, w,
+             offs, out, out_dtype=np.float32)
+    _refused(launches, ValueError, "out overlaps x", x, w, offs,
+             DeviceArray._view(x.address, (rows, n), (2 * n, 2), dtypes.lookup(BF16), DEV,
+                               _Buffer(x.address), None))
+    # devices
+    _refused(launches, ValueError, "device 1", x, fake((g, k, n), BF16, DEV1), offs, out)
+    _refused(launches, ValueError, "device 1", x, w, fake((g + 1,), I32, DEV1), out)
+    with pytest.raises(cl.CudaLibsError, match="compute capability 8.0"):
+        kernels.GroupedMM(fake((rows, k), BF16, OLD), fake((g, k, n), BF16, OLD),
+                          fake((g + 1,), I32, OLD), fake((rows, n), BF16, OLD))
+    with pytest.raises(TypeError, match="host numpy array"):
+        kernels.grouped_mm(np.zeros((rows, k), np.float16), w, offs, out)
+    assert launches == []
+
+
+# -- cublas.gemm_grouped: host arrays and pointers ----------------------------------------------
+def _groups(shapes, layouts, dtype=BF16, device=DEV):
+    """``a``, ``b`` lists of stand-ins: ``(m, n, k)`` per group, each operand "C" or "T"."""
+    a, b = [], []
+    for (m, n, k), (la, lb) in zip(shapes, layouts):
+        a.append(fake((m, k), dtype, device) if la == "C" else fake((k, m), dtype, device).T)
+        b.append(fake((k, n), dtype, device) if lb == "C" else fake((n, k), dtype, device).T)
+    return a, b
+
+
+def test_gemm_grouped_prepares_its_host_arrays():
+    shapes = [(30, 20, 16), (30, 20, 16), (0, 8, 8), (7, 5, 3), (30, 20, 16), (4, 0, 2)]
+    layouts = [("C", "C"), ("C", "C"), ("C", "C"), ("T", "T"), ("C", "C"), ("C", "C")]
+    a, b = _groups(shapes, layouts)
+    p = cublas.GroupedGemm(a, b)
+    N_, T_ = _lib.CUBLAS_OP_N, _lib.CUBLAS_OP_T
+    assert p.active == (0, 1, 3, 4) and p.group_count == 3
+    got = [list(arr[:3]) for arr in (p.transa, p.transb, p.m, p.n, p.k, p.lda, p.ldb, p.ldc,
+                                     p.group_size)]
+    # cuBLAS's A is b (m and n swap); a transposed view is a T flag with its column stride
+    assert got == [[N_, T_, N_], [N_, T_, N_], [20, 5, 20], [30, 7, 30], [16, 3, 16],
+                   [20, 3, 20], [16, 7, 16], [20, 5, 20], [2, 1, 1]]
+    assert list(p.one[:3]) == [1.0] * 3 and list(p.zero[:3]) == [0.0] * 3
+    assert "6 groups (4 products in 3 cuBLAS groups) bfloat16->bfloat16" in repr(p)
+    assert p.candidates == [] and p.plan().candidates[0]["name"] == "cublasGemmGroupedBatchedEx"
+
+
+def test_gemm_grouped_builds_its_pointer_arrays_on_the_device(monkeypatch, launches):
+    """A call queues grouped_ptrs with the addresses by value (b's, a's, out's, in group
+    order, empty groups left out), then one cublasGemmGroupedBatchedEx reading them."""
+    shapes = [(3, 4, 5), (0, 4, 5)] + [(2, 8, 8)] * 299
+    a, b = _groups(shapes, [("C", "C")] * len(shapes))
+    outs = [fake((m, n), BF16) for m, n, _ in shapes]
+    table = types.SimpleNamespace(address=1 << 44, close=lambda: None)
+    monkeypatch.setattr(grouped_blas, "empty", lambda shape, dtype, device, stream: table)
+    monkeypatch.setattr(grouped_blas, "cublas_handle", lambda device, stream: "handle")
+    monkeypatch.setattr(grouped_blas._drv, "get", lambda: types.SimpleNamespace(
+        cuCtxSetCurrent=lambda ctx: 0))
+    monkeypatch.setattr(DEV, "raw_context", None, raising=False)
+    calls = []
+    p = cublas.GroupedGemm(a, b, outs)
+    p.fn = lambda *args: calls.append(args) or 0
+    assert grouped_blas._execute(p, a, b, outs, 1, 0, None) is outs
+    act = [i for i, (m, n, _) in enumerate(shapes) if m and n]
+    want = [b[i].address for i in act] + [a[i].address for i in act] + \
+        [outs[i].address for i in act]
+    got = []
+    for name, grid, block, (dst, count, raw) in launches:
+        assert name == "grouped_ptrs" and grid == (1, 1, 1) and block == (256, 1, 1)
+        _packs(name, (dst, count, raw))
+        assert dst == table.address + 8 * len(got)
+        got += list(np.frombuffer(raw, np.uint64)[:count])
+    assert got == want and len(launches) == 4       # 900 addresses, 256 a launch
+    (h, ta, tb, m, n, k, alpha, pa, at, lda, pb, bt, ldb, beta, pc, ct, ldc, gc, gs,
+     comp), = calls
+    n_act = len(act)
+    assert (h, pa.value, pb.value, pc.value) == ("handle", table.address,
+                                                 table.address + 8 * n_act,
+                                                 table.address + 16 * n_act)
+    assert gc == 2 and list(gs[:2]) == [1, 299]
+    assert at == bt == ct == dtypes.lookup(BF16).cuda
+
+
+def test_gemm_grouped_refuses_bad_input(launches):
+    a, b = _groups([(4, 8, 16), (5, 8, 16)], [("C", "C")] * 2)
+    cases = [
+        (TypeError, "does not take inputs of bfloat16 with an output of float32",
+         (a, b, [fake((4, 8), F32), fake((5, 8), F32)]), {}),
+        (TypeError, "a\\[1\\] is float16 but a\\[0\\] is bfloat16",
+         ([a[0], fake((5, 16), F16)], b, None), {}),
+        (TypeError, "fp8 is not among them",
+         ([fake((4, 16), "float8_e4m3fn")], [fake((16, 8), "float8_e4m3fn")], None), {}),
+        (ValueError, "a_list has 2 matrices but b_list has 1", (a, b[:1], None), {}),
+        (ValueError, "a_list is empty", ([], [], None), {}),
+        (ValueError, "out_list has 1 matrices", (a, b, [fake((4, 8), BF16)]), {}),
+        (ValueError, "group 1: inner dimensions differ", (a, [b[0], fake((8, 8), BF16)], None),
+         {}),
+        (ValueError, r"out\[0\] has shape \(4, 9\)",
+         (a, b, [fake((4, 9), BF16), fake((5, 8), BF16)]), {}),
+        (ValueError, r"a\[0\] has no unit stride",
+         ([fake((8, 32), BF16)[::2, ::2], a[1]], b, None), {}),
+        (ValueError, "must be a matrix", ([fake((2, 4, 16), BF16), a[1]], b, None), {}),
+        (ValueError, "b\\[1\\] is on device 1", (a, [b[0], fake((16, 8), BF16, DEV1)], None),
+         {}),
+        (TypeError, "compute must be a string", (a, b, None), {"compute": 32}),
+        (TypeError, "compute='tf32'", (a, b, None), {"compute": "tf32"}),
+        (TypeError, "host numpy array", ([np.ones((4, 16), np.float32)], [b[0]], None), {}),
+    ]
+    for exc, match, (al, bl, ol), kw in cases:
+        with pytest.raises(exc, match=match):
+            cublas.gemm_grouped(al, bl, ol, **kw)
+    with pytest.raises(cl.CudaLibsError, match="compute capability 8.0"):
+        cublas.GroupedGemm(*_groups([(4, 8, 16)], [("C", "C")], device=OLD))
+    # overlapping outputs are refused when the call checks its operands (before any launch)
+    p = cublas.GroupedGemm(a, b, [fake((4, 8), BF16), fake((5, 8), BF16)])
+    shared = fake((5, 8), BF16)
+    with pytest.raises(ValueError, match=r"out\[1\] overlaps out\[0\]"):
+        grouped_blas._execute(p, a, b, [shared[:4], shared], 1, 0, None)
+    with pytest.raises(ValueError, match=r"a\[0\] overlaps out\[0\]|out\[0\] overlaps a\[0\]"):
+        grouped_blas._execute(p, a, b, [a[0][:, :8], fake((5, 8), BF16)], 1, 0, None)
+    with pytest.raises(ValueError, match="beta != 0"):
+        grouped_blas._execute(p, a, b, None, 1, 0.5, None)
+    assert launches == []
+
+
+def test_overlap_check_is_exact():
+    """Inputs may share memory; an output may share it with nothing."""
+    base = fake((64, 64), BF16)
+
+    def view(row, rows):
+        return base[row:row + rows]
+
+    check = grouped_blas._check_overlaps
+    check("t", [view(0, 8), view(8, 8)], ([view(16, 8), view(16, 8)], [view(20, 30)]))
+    for outs, ins in (([view(0, 8), view(7, 2)], ([], [])),
+                      ([view(40, 1)], ([view(0, 64)], [])),
+                      ([view(0, 64)], ([], [view(63, 1)])),
+                      ([view(10, 1), view(0, 8)], ([view(30, 30)], [view(5, 1)]))):
+        with pytest.raises(ValueError, match="overlaps"):
+            check("t", outs, ins)
