@@ -16,9 +16,13 @@ What is measured
    - ``kernels.grouped_mm``: the device-offsets kernel through a held :class:`GroupedMM`
      plan (chosen by its heuristic), w as (E, K, N) and as the transposed view of an
      (E, N, K) tensor ("nk", how a Linear layer keeps its weight);
-   - ``cublas.gemm_grouped``: one ``cublasGemmGroupedBatchedEx`` over lists of views made
-     once (the "prepared" column), and with the views made from the host counts on every
-     call (what a step that knows its counts on the host pays);
+   - ``cublas.GroupedGemm``'s two candidates through held plans, each picked with
+     ``select``: one ``cublasGemmGroupedBatchedEx`` ("cuBLAS grouped call") and one prepared
+     cuBLAS GEMM per expert queued back to back ("per-group GEMMs");
+   - ``cublas.gemm_grouped`` (the one-shot, running its plan's heuristic choice, named in
+     the "one-shot runs" column) over lists of views made once, and with the views made
+     from the host counts on every call (what a step that knows its counts on the host
+     pays);
    - ``torch._grouped_mm(x, w, offs)`` (where torch has it) and a Python loop of
      ``torch.matmul`` over the experts.
 
@@ -122,6 +126,13 @@ def _layer_row(torch, d, s, clock, tclock) -> list[str]:
     plan_nk = kernels.GroupedMM(d.x, d.w_nk, d.offs, d.out).plan()
     al, bl, ol = d.views()
     starts = np.concatenate([[0], d.ends[:-1]])
+    held = {}
+    for cid in ("grouped", "per_group"):
+        gp = held[cid] = cublas.GroupedGemm(al, bl, ol)
+        gp.select([c["id"] for c in gp.plan().candidates].index(cid))
+    heuristic = cublas.GroupedGemm(al, bl, ol).plan()
+    pick = heuristic.candidates[heuristic.choice]["id"]
+    heuristic.close()
 
     def per_call():
         # what a step with host counts does: views from the counts, then one call
@@ -135,6 +146,8 @@ def _layer_row(torch, d, s, clock, tclock) -> list[str]:
     cases = {
         "kernel": (lambda: plan.execute(d.x, d.w, d.offs, d.out, stream=s), clock),
         "kernel nk": (lambda: plan_nk.execute(d.x, d.w_nk, d.offs, d.out, stream=s), clock),
+        "grouped call": (lambda: held["grouped"].execute(al, bl, ol, stream=s), clock),
+        "per-group": (lambda: held["per_group"].execute(al, bl, ol, stream=s), clock),
         "cublas": (lambda: cublas.gemm_grouped(al, bl, ol, stream=s), clock),
         "cublas per call": (per_call, clock),
         "torch loop": (loop, tclock),
@@ -149,15 +162,20 @@ def _layer_row(torch, d, s, clock, tclock) -> list[str]:
         tile = plan.candidates[plan.choice]["name"]
         plan.close()
         plan_nk.close()
+        for gp in held.values():
+            gp.close()
         s.sync()
     tf = {name: _tflops(tokens, k, n, common.median_spread(t)[0])
           for name, t in zip(cases, times)}
     ref = tf.get("torch._grouped_mm")
-    print(f"  E={experts} {k}->{n}: kernel {_fmt(tf['kernel'])} TFLOP/s, "
+    print(f"  E={experts} {k}->{n}: kernel {_fmt(tf['kernel'])} TFLOP/s, cuBLAS grouped "
+          f"call {_fmt(tf['grouped call'])}, per-group GEMMs {_fmt(tf['per-group'])}, "
           f"torch._grouped_mm {_fmt(ref)}", file=sys.stderr)
     return [f"E={experts} {k}->{n} T={tokens}", tile,
-            *(_fmt(tf.get(c)) for c in ("kernel", "kernel nk", "cublas", "cublas per call",
-                                        "torch._grouped_mm", "torch loop")),
+            *(_fmt(tf.get(c)) for c in ("kernel", "kernel nk", "grouped call", "per-group")),
+            pick,
+            *(_fmt(tf.get(c)) for c in ("cublas", "cublas per call", "torch._grouped_mm",
+                                        "torch loop")),
             common.fmt_ratio(tf["kernel"], ref), common.fmt_ratio(tf["cublas"], ref)]
 
 
@@ -176,8 +194,10 @@ def layers(torch, shapes):
         torch.cuda.set_stream(torch.cuda.default_stream())
     return common.markdown_table(
         ["bf16 layer (skewed counts)", "kernel tiles", "kernel TFLOP/s", "kernel nk",
-         "cuBLAS grouped", "cuBLAS, views per call", "torch._grouped_mm", "torch.matmul loop",
-         "kernel/torch gmm", "cuBLAS/torch gmm"], rows, right=range(2, 10))
+         "cuBLAS grouped call", "per-group GEMMs", "one-shot runs", "cuBLAS one-shot",
+         "cuBLAS, views per call", "torch._grouped_mm", "torch.matmul loop",
+         "kernel/torch gmm", "cuBLAS one-shot/torch gmm"], rows,
+        right=[*range(2, 6), *range(7, 13)])
 
 
 def _replays(run, write, vectors, sync, event) -> list[float]:

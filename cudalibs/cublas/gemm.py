@@ -563,6 +563,20 @@ _WS_MASK = _relaunch.WORKSPACE_ALIGN - 1
 _lookup = _front.lookup
 
 
+def run_matched(p, a, b, out, alpha, beta, stream):
+    """Queue GemmPlan ``p`` on DeviceArrays already matched to its layouts (:func:`gemm`'s
+    hot path, no checks of the operands against the plan): for the cuBLAS modules that hold
+    GemmPlans of their own (:class:`~cudalibs.cublas.GroupedGemm`'s per-group GEMMs)."""
+    return _exec(p, a, b, out, alpha, beta, stream)
+
+
+def prepare_route(p) -> None:
+    """Make GemmPlan ``p``'s cuBLASLt route now, where the gemm backend takes it, rather than
+    on its first call (which may be inside a graph capture)."""
+    if p.lt is None and gemm_backend() != "cublas":
+        _lt_prepare(p)
+
+
 def _lt_prepare(p):
     """Build plan ``p``'s cuBLASLt route: a :class:`~cudalibs.cublas.Matmul` of the same
     problem with its heuristic's first algorithm, kept by the plan and closed with it; False

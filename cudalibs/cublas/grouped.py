@@ -1,8 +1,9 @@
-"""Grouped GEMM through cuBLAS: products of different shapes in one call.
+"""Grouped GEMM through cuBLAS: products of different shapes, one call or one GEMM each.
 
 ``out[i] = alpha * a[i] @ b[i] + beta * out[i]`` for groups ``i`` whose ``m``, ``n`` and ``k``
 may all differ -- the expert layers of a mixture-of-experts model, with the tokens routed to
-each expert known on the host -- as one ``cublasGemmGroupedBatchedEx`` call.
+each expert known on the host -- as one ``cublasGemmGroupedBatchedEx`` call, or as one
+prepared cuBLAS GEMM per group queued back to back: the plan's two candidates.
 
 Which entry point
 -----------------
@@ -12,7 +13,35 @@ pointer-array batches of one shape, so a plan over groups of several shapes cann
 :class:`~cudalibs.cublas.Matmul`.  The grouped entry point takes float16 and bfloat16 inputs
 computed in float32 (the mixture-of-experts case), float32 (optionally ``compute="tf32"``)
 and float64 (:data:`GROUPED_SUPPORTED` lists the combinations); it takes no fp8 inputs (use
-``cublas.matmul`` per group for those) and no algorithm, so a plan has one candidate.
+``cublas.matmul`` per group for those) and no algorithm.
+
+Two candidates
+--------------
+The grouped call's kernels are not cuBLAS's best for large products: on an H100 (bf16) it
+ran expert layers of 4096 -> 14336 at 210-270 TFLOP/s where a loop of single GEMMs ran them at
+440-660, while on small layers (2048 -> 1408, 64 experts) the one call was 3x a loop whose
+host cost per GEMM exceeded its GPU time.  So a :class:`GroupedGemm` has two candidates
+(``plan.candidates``, their ``"id"`` below):
+
+- ``"grouped"``: the one ``cublasGemmGroupedBatchedEx`` call (below);
+- ``"per_group"``: one GEMM per product (per group with something to write), queued back to
+  back on the call's stream through :class:`~cudalibs.cublas.GemmPlan`'s hot path -- the
+  plan of :func:`~cudalibs.cublas.gemm` (its cuBLASLt route with an algorithm chosen once,
+  or ``cublasGemmEx``, as :func:`~cudalibs.cublas.set_gemm_backend` says; relaunched like
+  any repeated ``gemm``), so each product costs a few microseconds of host time and no
+  pointer arrays.  One GemmPlan per distinct layout (shape, strides, dtypes) of a product,
+  made on the candidate's first run from that run's operands and kept (closed) with the
+  grouped plan.
+
+The heuristic puts ``"per_group"`` first when the mean product over the groups with
+something to write has ``m * n * k >=`` :data:`PER_GROUP_MNK` (``2**32``, e.g. 256 tokens of
+a 4096 x 4096 layer): such a GEMM runs for about 20 microseconds on an H100 even at 400
+TFLOP/s, several times the host cost of queueing it, so the stream stays fed and each product
+gets cuBLAS's kernel for its shape; below it the one grouped call, whose host cost does not
+grow with the groups, comes first.  ``autotune()`` times both with the one timer and keeps
+the faster in the tuning store.  They compute in the same compute and scale types, so they
+agree to rounding, not bit for bit.  Either one runs deterministically for a given plan
+choice.
 
 Host sizes, device pointers
 ---------------------------
@@ -41,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import threading
 from ctypes import c_void_p
 from typing import NamedTuple
 
@@ -59,9 +89,10 @@ from ..runtime.plan import Plan, scratch
 from . import _lib
 from ._base import raise_for, version
 from ._common import INT_MAX, combo, gemm_args, scalar
+from .gemm import GemmPlan, prepare_route, run_matched
 from .handle import cublas_handle
 
-__all__ = ["GroupedGemm", "gemm_grouped", "GROUPED_KEY", "GROUPED_SUPPORTED"]
+__all__ = ["GroupedGemm", "gemm_grouped", "GROUPED_KEY", "GROUPED_SUPPORTED", "PER_GROUP_MNK"]
 
 #: The (input, output, compute) combinations cublasGemmGroupedBatchedEx takes.
 _KEYS = {(np.dtype(np.float16), np.dtype(np.float16), c) for c in (None, "f32")} | \
@@ -76,6 +107,13 @@ GROUPED_SUPPORTED = tuple(sorted({f"{ab.name} -> {c.name} (compute={comp or 'def
 
 #: The kernel of the pointer arrays takes this many addresses per launch (its by-value table).
 _TABLE = 256
+
+#: The heuristic's threshold: a mean ``m * n * k`` per product (over the groups with something
+#: to write) at least this puts the per-group GEMMs first, below it the grouped call.
+PER_GROUP_MNK = 1 << 32
+
+#: The candidates' ids, in :attr:`GroupedGemm.candidates` and the tuning store.
+_GROUPED, _PER_GROUP = "grouped", "per_group"
 
 #: The keys of :func:`gemm_grouped`'s plans in the one plan cache: ``groups`` holds each
 #: group's ``(a shape, a strides, b shape, b strides, out shape and strides or None)``.
@@ -168,14 +206,25 @@ def _check_overlaps(op, outs, inputs) -> None:
 
 
 class GroupedGemm(Plan):
-    """A prepared ``cublasGemmGroupedBatchedEx``: ``out[i] = alpha * a[i] @ b[i] + beta *
-    out[i]`` for groups of different shapes, in one call.
+    """A prepared grouped GEMM: ``out[i] = alpha * a[i] @ b[i] + beta * out[i]`` for groups of
+    different shapes, as one ``cublasGemmGroupedBatchedEx`` or as one GEMM per group.
 
-    The plan holds what cuBLAS reads on the host (transposes, sizes, leading dimensions,
-    group sizes, the default scalars); every execution builds the device arrays of the
-    matrices' addresses on its stream (see the module notes), so threads may share a plan and
-    graph captures record everything.  cuBLAS offers no algorithm choice here: one candidate,
-    which :meth:`autotune` only times.
+    The plan holds what cuBLAS's grouped call reads on the host (transposes, sizes, leading
+    dimensions, group sizes, the default scalars); every execution of that candidate builds
+    the device arrays of the matrices' addresses on its stream (see the module notes).  The
+    other candidate queues one prepared GEMM per group (a :class:`~cudalibs.cublas.GemmPlan`
+    per distinct layout, made on its first run and kept).  Neither stores anything per call
+    on the plan, so threads may share it, and neither synchronises, so graph captures record
+    everything (run the plan once before a capture: the per-group GEMMs' plans are made on
+    the first run).
+
+    Candidates (:attr:`candidates`, by ``"id"``): ``"grouped"`` (the one grouped call) and
+    ``"per_group"`` (one GEMM per group).  :meth:`plan` takes the heuristic's order: per-group
+    first when the mean product has ``m * n * k >=`` :data:`PER_GROUP_MNK` (large expert
+    layers, where single GEMMs run at two to three times the grouped call's rate and their
+    host cost is hidden), the grouped call first otherwise (many small products, where one
+    call's host cost beats one per group).  :meth:`autotune` times both;
+    ``select(i)`` picks one by its index in :attr:`candidates`.
 
     Parameters
     ----------
@@ -213,7 +262,12 @@ class GroupedGemm(Plan):
         ptxlib.check_arch(dev, "grouped", op)
         self._init_plan(dev)
         self._validate(op, g, compute)
-        self._own(_nothing)
+        # The per-group candidate's GemmPlans: made on its first run, closed with this plan.
+        self.per_group = False              # which candidate execute runs (set by _select)
+        self.gemms = None                   # a GemmPlan per active group, once made
+        self._gemm_lock = threading.Lock()
+        self._children: list = []
+        self._own(_close_children, self._children)
 
     # -- construction -------------------------------------------------------------------------
     def _validate(self, op, g: _Groups, compute) -> None:
@@ -294,6 +348,9 @@ class GroupedGemm(Plan):
             starts.append(pos)
             pos += -(-(m * n * oitem) // 256) * 256 // oitem
         self.out_starts, self.out_elems = tuple(starts), max(pos, 1)
+        # The heuristic's measure: the mean m * n * k of the products the call makes.
+        sizes = [shapes[i][0] * shapes[i][1] * shapes[i][2] for i in active]
+        self.mean_mnk = sum(sizes) / len(sizes) if sizes else 0.0
 
     def scalars(self, value, what):
         """``value`` as a host array of the scale type, one entry per cuBLAS group."""
@@ -302,10 +359,15 @@ class GroupedGemm(Plan):
 
     # -- the plan protocol --------------------------------------------------------------------
     def _heuristics(self) -> list[dict]:
-        return [{"name": "cublasGemmGroupedBatchedEx", "id": 0, "workspace": 0}]
+        grouped = {"name": "cublasGemmGroupedBatchedEx", "id": _GROUPED, "workspace": 0}
+        per = {"name": "per-group GEMMs", "id": _PER_GROUP, "workspace": 0}
+        return [per, grouped] if self.mean_mnk >= PER_GROUP_MNK else [grouped, per]
 
     def _select(self, i: int) -> None:
-        pass            # one candidate: cuBLAS takes no algorithm for grouped calls
+        self.per_group = self._candidates[i]["id"] == _PER_GROUP
+
+    def relaunch_slots(self) -> list:
+        return [x for gp in list(self._children) for x in gp.relaunch_slots()]
 
     def _problem(self) -> str:
         ms, ns, ks = zip(*self.shapes)
@@ -337,8 +399,10 @@ class GroupedGemm(Plan):
         b = [make(b_s, b_st, dt) for _, _, b_s, b_st, _ in self.layout]
         out = [make(o[0], o[1], self.out_dtype) for *_, o in self.layout]
 
+        cands = self._candidates
+
         def run(i):
-            _execute(self, a, b, out, 1, 0, stream)
+            _execute(self, a, b, out, 1, 0, stream, cands[i]["id"] == _PER_GROUP)
 
         try:
             yield run
@@ -376,8 +440,32 @@ class GroupedGemm(Plan):
         return _execute(self, g.a, g.b, g.out, alpha, beta, stream)
 
 
-def _nothing() -> None:
-    """The release of a grouped plan: it holds no C resource (its arrays are per call)."""
+def _close_children(children) -> None:
+    """The release of a grouped plan: the per-group candidate's GemmPlans (the grouped call's
+    arrays are per call)."""
+    for c in children:
+        c.close()
+    children.clear()
+
+
+def _gemm_plans(p: GroupedGemm, a, b, out):
+    """Plan ``p``'s GemmPlan for each active group (one per distinct layout), made once from
+    a call's operands (any call's serve: they have the plan's layouts) under the plan's lock,
+    with their cuBLASLt routes prepared, so later runs build nothing."""
+    with p._gemm_lock:
+        if p.gemms is not None:
+            return p.gemms
+        by_layout: dict = {}
+        plans = []
+        for i in p.active:
+            gp = by_layout.get(p.layout[i])
+            if gp is None:
+                gp = by_layout[p.layout[i]] = GemmPlan(a[i], b[i], out[i], compute=p.compute)
+                p._children.append(gp)
+                prepare_route(gp)
+            plans.append(gp)
+        p.gemms = tuple(plans)
+        return p.gemms
 
 
 def _pointer_arrays(dev, addresses, s):
@@ -394,10 +482,15 @@ def _pointer_arrays(dev, addresses, s):
     return ptrs
 
 
-def _execute(p: GroupedGemm, a, b, out, alpha, beta, stream):
-    """Queue plan ``p`` on checked operands (the hot path)."""
+def _execute(p: GroupedGemm, a, b, out, alpha, beta, stream, per_group=None):
+    """Queue plan ``p`` on checked operands (the hot path): its chosen candidate, or the one
+    ``per_group`` names (timing)."""
     dev = p.device
     s = as_stream(stream, dev)
+    if per_group is None:
+        if p._choice < 0:
+            p.plan()
+        per_group = p.per_group
     alpha_c = p.one if type(alpha) is int and alpha == 1 else p.scalars(alpha, "alpha")
     beta_c = p.zero if type(beta) is int and beta == 0 else p.scalars(beta, "beta")
     if out is None:
@@ -410,6 +503,11 @@ def _execute(p: GroupedGemm, a, b, out, alpha, beta, stream):
     else:
         _check_overlaps("gemm_grouped", out, (a, b))
     if not p.active:
+        return out
+    if per_group:
+        gemms = p.gemms or _gemm_plans(p, a, b, out)
+        for i, gp in zip(p.active, gemms):
+            run_matched(gp, a[i], b[i], out[i], alpha, beta, s)
         return out
     act = p.active
     # cuBLAS's A is b (row-major mapping), its B is a.
@@ -435,10 +533,13 @@ def _execute(p: GroupedGemm, a, b, out, alpha, beta, stream):
 def gemm_grouped(a_list, b_list, out_list=None, *, alpha=1, beta=0, compute=None,
                  stream=None):
     """Grouped GEMM: ``out[i] = alpha * a[i] @ b[i] + beta * out[i]`` for groups of different
-    shapes, in one ``cublasGemmGroupedBatchedEx`` call.
+    shapes, as one ``cublasGemmGroupedBatchedEx`` call or one GEMM per group.
 
     numpy (row-major) semantics per group; transposed views are passed as transpose flags.
-    The problem's :class:`GroupedGemm` is found in the one plan cache (:data:`GROUPED_KEY`).
+    The problem's :class:`GroupedGemm` is found in the one plan cache (:data:`GROUPED_KEY`)
+    and runs the candidate its heuristic puts first (per-group GEMMs when the mean product
+    has ``m * n * k >=`` :data:`PER_GROUP_MNK`, else the grouped call) unless the cached plan
+    was autotuned or given another with ``select``.
     The sizes are host values: a graph capture replays the sizes it captured (for sizes read
     from device memory, see :func:`cudalibs.kernels.grouped_mm`).
 

@@ -371,3 +371,89 @@ def test_overlap_check_is_exact():
                       ([view(10, 1), view(0, 8)], ([view(30, 30)], [view(5, 1)]))):
         with pytest.raises(ValueError, match="overlaps"):
             check("t", outs, ins)
+
+
+# -- cublas.GroupedGemm: its two candidates -----------------------------------------------------
+def _ids(p):
+    return [c["id"] for c in p.plan().candidates]
+
+
+def test_gemm_grouped_heuristic_orders_its_candidates_by_the_mean_product():
+    """Per-group GEMMs first when the mean m*n*k of the products made (empty groups left
+    out) reaches PER_GROUP_MNK, the one grouped call first below it."""
+    limit = grouped_blas.PER_GROUP_MNK
+    assert limit == 1 << 32
+    small = cublas.GroupedGemm(*_groups([(256, 1408, 2048)] * 64, [("C", "C")] * 64))
+    assert small.mean_mnk < limit and _ids(small) == ["grouped", "per_group"]
+    assert small.choice == 0 and not small.per_group
+    big = [(1024, 14336, 4096)] * 7 + [(0, 14336, 4096)]
+    p = cublas.GroupedGemm(*_groups(big, [("C", "T")] * 8))
+    assert p.mean_mnk == 1024 * 14336 * 4096 and _ids(p) == ["per_group", "grouped"]
+    assert p.per_group and p.candidates[0]["name"] == "per-group GEMMs"
+    # at the threshold, just below it, and a mean over unequal groups
+    at = cublas.GroupedGemm(*_groups([(256, 4096, 4096)], [("C", "C")]))
+    below = cublas.GroupedGemm(*_groups([(255, 4096, 4096)], [("C", "C")]))
+    mixed = cublas.GroupedGemm(*_groups([(512, 4096, 4096), (8, 4096, 4096)], [("C", "C")] * 2))
+    assert _ids(at)[0] == "per_group" and _ids(below)[0] == "grouped"
+    assert mixed.mean_mnk == 260 * 4096 * 4096 and _ids(mixed)[0] == "per_group"
+    # select() switches; a choice is by index into candidates
+    p.select(1)
+    assert not p.per_group and p.choice == 1
+    p.select(0)
+    assert p.per_group
+    # no product at all: the grouped call first (it returns at once)
+    empty = cublas.GroupedGemm(*_groups([(0, 8, 8)], [("C", "C")]))
+    assert _ids(empty)[0] == "grouped"
+
+
+def test_gemm_grouped_per_group_queues_one_prepared_gemm_per_product(monkeypatch, launches):
+    """The per-group candidate makes one GemmPlan per distinct layout on its first run, then
+    queues one GEMM per product with nothing else: no pointer arrays, no new plans."""
+    made, calls, routes = [], [], []
+
+    class FakeGemmPlan:
+        def __init__(self, a, b, out, *, compute=None):
+            made.append((a.shape, a.strides, b.shape, b.strides, out.shape, compute))
+            self.closed = False
+
+        def close(self):
+            self.closed = True
+
+        def relaunch_slots(self):
+            return []
+
+    monkeypatch.setattr(grouped_blas, "GemmPlan", FakeGemmPlan)
+    monkeypatch.setattr(grouped_blas, "prepare_route", routes.append)
+    monkeypatch.setattr(grouped_blas, "run_matched",
+                        lambda gp, a, b, o, alpha, beta, s: calls.append((gp, a, b, o, alpha,
+                                                                          beta)))
+    shapes = [(30, 20, 16), (0, 20, 16), (30, 20, 16), (7, 5, 3), (30, 20, 16)]
+    layouts = [("C", "C"), ("C", "C"), ("C", "C"), ("T", "T"), ("C", "T")]
+    a, b = _groups(shapes, layouts)
+    outs = [fake((m, n), BF16) for m, n, _ in shapes]
+    p = cublas.GroupedGemm(a, b, outs)
+    p.select(_ids(p).index("per_group"))
+    for _ in range(2):
+        assert grouped_blas._execute(p, a, b, outs, 0.5, 0, None) is outs
+    # three layouts among the four products: three plans, made once, routes prepared
+    assert len(made) == 3 and len(routes) == 3
+    assert [m[0] for m in made] == [(30, 16), (7, 3), (30, 16)]
+    act = [0, 2, 3, 4]
+    assert [(c[1], c[2], c[3]) for c in calls] == [(a[i], b[i], outs[i]) for i in act] * 2
+    assert calls[0][0] is calls[1][0] and calls[0][0] is not calls[3][0]
+    assert all(c[4:] == (0.5, 0) for c in calls)
+    assert launches == []           # no grouped_ptrs: pointer arrays are the grouped call's
+    # explicit per_group=False runs the grouped call whatever the choice (the timing path)
+    p.fn = lambda *args: 0
+    monkeypatch.setattr(grouped_blas, "empty", lambda shape, dtype, device, stream:
+                        types.SimpleNamespace(address=1 << 44, close=lambda: None))
+    monkeypatch.setattr(grouped_blas, "cublas_handle", lambda device, stream: "handle")
+    monkeypatch.setattr(grouped_blas._drv, "get", lambda: types.SimpleNamespace(
+        cuCtxSetCurrent=lambda ctx: 0))
+    monkeypatch.setattr(DEV, "raw_context", None, raising=False)
+    n = len(calls)
+    grouped_blas._execute(p, a, b, outs, 1, 0, None, False)
+    assert len(calls) == n and [x[0] for x in launches] == ["grouped_ptrs"]
+    plans = list(p._children)
+    p.close()
+    assert all(gp.closed for gp in plans)

@@ -305,15 +305,22 @@ def test_gemm_grouped_matches_numpy(device, dtype, compute, data):
 
 
 def test_gemm_grouped_plan_protocol(device, rng):
-    """A held plan: one candidate, autotune times it, execute checks the layout, close."""
+    """A held plan: two candidates, autotune times both and keeps the faster, execute checks
+    the layout, close."""
     shapes = [(30, 20, 16), (30, 20, 16), (0, 8, 8), (7, 5, 3), (30, 20, 16)]
     a = [cl.to_device(T.random_array((m, k), BF16, rng=rng)) for m, n, k in shapes]
     b = [cl.to_device(T.random_array((k, n), BF16, rng=rng)) for m, n, k in shapes]
     with cublas.GroupedGemm(a, b) as plan:
         # Consecutive problems of one shape merge into one cuBLAS group; empty ones drop.
         assert plan.group_count == 3 and list(plan.group_size[:3]) == [2, 1, 1]
-        plan.autotune(rounds=2, store=False)
-        assert "cublasGemmGroupedBatchedEx" in repr(plan) and plan.tuned
+        # small products: the grouped call is the heuristic's first
+        assert [c["id"] for c in plan.plan().candidates] == ["grouped", "per_group"]
+        cands = plan.autotune(rounds=2, store=False)
+        times = [c["ms"] for c in cands]
+        assert all(np.isfinite(times)) and plan.tuned
+        assert plan.choice == int(np.argmin(times))
+        assert cands[plan.choice]["name"] in repr(plan)
+        assert plan.per_group == (cands[plan.choice]["id"] == "per_group")
         for _ in range(3):
             res = plan.execute(a, b)
         for r, x, y in zip(res, a, b):
@@ -322,6 +329,81 @@ def test_gemm_grouped_plan_protocol(device, rng):
             plan.execute(a[:4], b[:4])
     with pytest.raises(cl.ClosedError):
         plan.execute(a, b)
+
+
+def _pick(plan, cid):
+    """Make candidate ``cid`` ("grouped" or "per_group") the one the plan runs."""
+    plan.select([c["id"] for c in plan.plan().candidates].index(cid))
+    assert plan.per_group == (cid == "per_group")
+    return plan
+
+
+@pytest.mark.parametrize("dtype, compute", COMBOS, ids=[f"{d}-{c}" for d, c in COMBOS])
+def test_gemm_grouped_both_candidates_match_numpy_and_each_other(device, rng, dtype, compute):
+    """Each candidate, picked on a held plan, against float64 numpy (mixed layouts, an empty
+    group, repeated shapes, alpha and beta, three calls, new outputs); the two agree within
+    the type's tolerance (other kernels: not bit for bit)."""
+    dt = _np(dtype)
+    shapes = [(33, 24, 40), (0, 24, 40), (33, 24, 40), (129, 7, 65), (1, 130, 9),
+              (200, 96, 160)]
+    layouts = [("C", "C"), ("C", "C"), ("C", "C"), ("T", "padded"), ("padded", "T"),
+               ("T", "C")]
+    results = {}
+    for cid in ("grouped", "per_group"):
+        a = [T.random_array((m, k), dt, rng=rng) for m, n, k in shapes]
+        b = [T.random_array((k, n), dt, rng=rng) for m, n, k in shapes]
+        da = [on_device(x, la) for x, (la, _) in zip(a, layouts)]
+        db = [on_device(y, lb) for y, (_, lb) in zip(b, layouts)]
+        outs = [poisoned((m, n), dt) for m, n, k in shapes]
+        with _pick(cublas.GroupedGemm(da, db, outs, compute=compute), cid) as plan:
+            for call in range(3):
+                c = [T.random_array((m, n), dt, rng=rng) for m, n, k in shapes]
+                for o, h in zip(outs, c):
+                    if h.size:
+                        o.copy_(h)
+                res = plan.execute(da, db, outs, alpha=0.5, beta=-0.5)
+                assert all(r is o for r, o in zip(res, outs))
+                for i, (r, x, y, c0) in enumerate(zip(res, a, b, c)):
+                    T.assert_close(r, T.ref.gemm(x, y, c0, alpha=0.5, beta=-0.5), dtype,
+                                   compute=compute, msg=f"{cid} call {call} group {i} "
+                                                        f"{shapes[i]} {layouts[i]}")
+        with _pick(cublas.GroupedGemm(da, db, compute=compute), cid) as plan:
+            new = plan.execute(da, db)
+            for i, (r, x, y) in enumerate(zip(new, a, b)):
+                assert r.shape == (x.shape[0], y.shape[1]) and r.dtype == dt
+                T.assert_close(r, T.ref.gemm(x, y), dtype, compute=compute,
+                               msg=f"{cid} new out {i}")
+            # the same inputs for both candidates: kept to compare them
+            results[cid] = (a, b, [r.get() for r in new])
+    # run the grouped candidate on the per-group candidate's inputs: they agree to rounding
+    a, b, per = results["per_group"]
+    da = [on_device(x, la) for x, (la, _) in zip(a, layouts)]
+    db = [on_device(y, lb) for y, (_, lb) in zip(b, layouts)]
+    with _pick(cublas.GroupedGemm(da, db, compute=compute), "grouped") as plan:
+        for i, (g, q) in enumerate(zip(plan.execute(da, db), per)):
+            T.assert_close(g, q.astype(np.float64), dtype, compute=compute,
+                           msg=f"grouped vs per-group, group {i}")
+
+
+def test_gemm_grouped_large_products_run_per_group_gemms(device, rng):
+    """A mean product past PER_GROUP_MNK: the one-shot runs one GEMM per group (its
+    heuristic's first), right; an autotune of the same problem keeps one of the two."""
+    shapes = [(1200, 1024, 4096), (0, 1024, 4096), (900, 1024, 4096), (2048, 4096, 1024)]
+    a = [T.random_array((m, k), BF16, rng=rng) for m, n, k in shapes]
+    b = [T.random_array((k, n), BF16, rng=rng) for m, n, k in shapes]
+    da, db = [cl.to_device(x) for x in a], [cl.to_device(y) for y in b]
+    with cublas.GroupedGemm(da, db) as plan:
+        assert plan.mean_mnk >= cublas.grouped.PER_GROUP_MNK
+        assert plan.plan().per_group and plan.candidates[0]["id"] == "per_group"
+        cands = plan.autotune(rounds=2, store=False)
+        assert {c["id"] for c in cands} == {"grouped", "per_group"}
+        assert all(np.isfinite(c["ms"]) for c in cands)
+        assert plan.choice == int(np.argmin([c["ms"] for c in cands]))
+        for r, x, y in zip(plan.execute(da, db), a, b):
+            T.assert_close(r, T.ref.gemm(x, y), BF16)
+    res = cublas.gemm_grouped(da, db)
+    for i, (r, x, y) in enumerate(zip(res, a, b)):
+        T.assert_close(r, T.ref.gemm(x, y), BF16, msg=f"one-shot group {i}")
 
 
 def test_gemm_grouped_refuses_what_cublas_does_not_take(device, rng):
@@ -357,19 +439,30 @@ def test_gemm_grouped_on_a_torch_stream(device, rng):
         T.assert_close(o.cpu().numpy(), T.ref.gemm(x, y), F16)
 
 
-def test_gemm_grouped_capture_replays(device, rng):
+@pytest.mark.parametrize("cid", [None, "grouped", "per_group"])
+def test_gemm_grouped_capture_replays(device, rng, cid):
     """Captured with its sizes: the pointer kernel, the allocation and the free and cuBLAS's
-    kernels replay, reading the inputs' current contents."""
+    kernels replay, reading the inputs' current contents -- the one-shot, and each candidate
+    of a held plan (the per-group GEMMs with no pointer arrays)."""
     shapes = [(64, 32, 48), (5, 32, 48), (128, 16, 8)]
     s = cl.Stream()
     cublas.prepare(s)
     da = [cl.empty((m, k), BF16, stream=s) for m, n, k in shapes]
     db = [cl.empty((k, n), BF16, stream=s) for m, n, k in shapes]
     outs = [poisoned((m, n), BF16, stream=s) for m, n, k in shapes]
-    cublas.gemm_grouped(da, db, outs, stream=s)      # plans and loads, outside the capture
+    if cid is None:
+        def call():
+            cublas.gemm_grouped(da, db, outs, stream=s)
+    else:
+        plan = _pick(cublas.GroupedGemm(da, db, outs), cid)
+
+        def call():
+            plan.execute(da, db, outs, stream=s)
+    call()      # plans and loads, outside the capture
+    call()      # (a repeated gemm records its relaunch on its second call)
     s.sync()
     with cl.graph.capture(s) as g:
-        cublas.gemm_grouped(da, db, outs, stream=s)
+        call()
     exe = g.instantiate()
     for _ in range(3):
         a = [T.random_array((m, k), BF16, rng=rng) for m, n, k in shapes]
@@ -383,6 +476,8 @@ def test_gemm_grouped_capture_replays(device, rng):
             T.assert_close(o.get(stream=s), T.ref.gemm(x, y), BF16)
     exe.close()
     g.close()
+    if cid is not None:
+        plan.close()
 
 
 # -- both, from many threads --------------------------------------------------------------------
@@ -404,3 +499,23 @@ def test_threads_share_the_plans(device, rng):
     host_x, host_w = x.get(), w.get()
     for i, o in enumerate(offs):
         _check_grouped(serial[i][0][1], host_x, host_w, _clamped(o.get(), groups, rows), BF16)
+
+
+@pytest.mark.parametrize("cid", ["grouped", "per_group"])
+def test_threads_share_a_held_plan(device, rng, cid):
+    """Eight threads, each on its own stream, executing one held GroupedGemm (either
+    candidate; the per-group GEMMs' plans made by whichever thread runs first): every result
+    bitwise what the calls give one after another, and right."""
+    shapes = [(40, 72, 64), (0, 72, 64), (97, 72, 64), (256, 72, 64)]
+    sets = [([cl.to_device(T.random_array((m, k), BF16, rng=rng)) for m, n, k in shapes],
+             [cl.to_device(T.random_array((k, n), BF16, rng=rng)) for m, n, k in shapes])
+            for _ in range(3)]
+    plan = cublas.GroupedGemm(*sets[0])
+    plan.select([c["id"] for c in plan.plan().candidates].index(cid))
+    calls = [(lambda s, a=a, b=b: plan.execute(a, b, stream=s)) for a, b in sets]
+    serial = match_serial(device, calls, repeats=6)
+    for (a, b), got in zip(sets, serial):
+        assert len(got) == len(shapes)
+        for (_, r), x, y in zip(got, a, b):
+            T.assert_close(r, T.ref.gemm(x.get(), y.get()), BF16)
+    plan.close()
