@@ -33,6 +33,22 @@ scalar, autotuned) beside our own bfloat16 plans of the same problem and torch's
 bfloat16 backend: torch has no fp8 attention (``F.scaled_dot_product_attention`` refuses
 float8 tensors), so its bf16 is the peer a user would otherwise run.  The same FLOP counts, so
 the ratios are of speed.
+
+``--serving`` measures attention for serving (benchmarks/_serving.py): decode (one query row,
+GQA 32:4) against contiguous and paged caches of 4k to 128k keys at batch 1, 32 and 128, and
+causal prefill of packed batches of mixed lengths, beside torch's fastest backend on the
+contiguous, padded problem.
+
+``--frontend [PATH]`` measures the training rows beside cuDNN's own Python frontend
+(``nvidia-cudnn-frontend``; never a dependency: install it beside the run, e.g. ``pip install
+--no-deps --target PATH``): the same cuDNN library, the frontend's fastest of all the plans its
+heuristics rank, on the same inputs (benchmarks/_cudnn_fe.py).
+
+``--window`` measures sliding-window causal attention (``causal=True, window=(W - 1, None)``:
+each query sees its last ``W`` keys, Mistral's window) at long sequences, forward and
+backward, beside torch's SDPA given the same window as a boolean ``attn_mask`` (its flash and
+cuDNN backends take no mask, so it runs the memory-efficient backend).  TFLOP/s count the
+keys each query sees, ``4 b h_q d (s W - W (W - 1) / 2)`` forward.
 """
 
 from __future__ import annotations
@@ -46,8 +62,12 @@ import numpy as np
 if not __package__:  # run as a script: measure this checkout's cudalibs, not an installed one
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import _common as common
+    import _cudnn_fe
+    import _serving
 else:  # python -m benchmarks.attention
     from . import _common as common
+    from . import _cudnn_fe
+    from . import _serving
 
 import cudalibs as cl
 from cudalibs import cudnn, dtypes
@@ -59,6 +79,9 @@ ROWS = [("b4 h32 s2048", 4, 32, 32, 2048, 128, False),
         ("b1 h32 s8192 causal", 1, 32, 32, 8192, 128, True),
         ("b1 hq64 hkv8 s8192 causal (GQA)", 1, 64, 8, 8192, 128, True),
         ("b16 h16 s512 d64", 16, 16, 16, 512, 64, False)]
+#: (label, b, h_q, h_kv, s, d, window length W) of ``--window``
+WINDOW_ROWS = [("b1 h32 s16384 window 4096", 1, 32, 32, 16384, 128, 4096),
+               ("b2 hq32 hkv8 s8192 window 1024 (GQA)", 2, 32, 8, 8192, 128, 1024)]
 ITERS, REPEATS, WARMUP = 10, 5, 2
 
 
@@ -99,30 +122,69 @@ def _torch_cases(torch, ts, q, k, v, do, causal, gqa):
     return out
 
 
+class _Training:
+    """One bfloat16 training problem: inputs, outputs and gradients, and our autotuned forward
+    and backward plans (the forward run once, so ``o`` and ``stats`` hold its results)."""
+
+    def __init__(self, s, b, h_q, h_kv, sq, d, causal):
+        bf16 = dtypes.bfloat16
+        rng = np.random.default_rng(0)
+
+        def mk(shape):
+            return cl.to_device((rng.standard_normal(shape, np.float32) * 0.5).astype(bf16))
+
+        self.q, self.k, self.v = mk((b, h_q, sq, d)), mk((b, h_kv, sq, d)), mk((b, h_kv, sq, d))
+        self.do = mk((b, h_q, sq, d))
+        self.o = cl.empty((b, h_q, sq, d), bf16)
+        self.st = cl.empty((b, h_q, sq, 1), np.float32)
+        self.dq, self.dk, self.dv = (cl.empty(a.shape, bf16) for a in (self.q, self.k, self.v))
+        t0 = time.perf_counter()
+        q, k, v, o, do = self.q, self.k, self.v, self.o, self.do
+        self.fplan = attn.SdpaPlan(q, k, v, causal=causal, training=True)
+        self.fplan.autotune(stream=s)
+        self.bplan = attn.SdpaBackwardPlan(q, k, v, o, do, causal=causal)
+        self.bplan.autotune(stream=s)
+        self.fplan.execute(q, k, v, out=o, stats=self.st, stream=s)
+        self.plan_s = time.perf_counter() - t0
+        self.flops = 4.0 * b * h_q * sq * sq * d / (2 if causal else 1)
+
+    def cases(self, s):
+        """``(forward case, backward case)`` of our plans, timed on ``s``."""
+        clock = common.cudalibs_clock(s)
+        q, k, v, o, st, do = self.q, self.k, self.v, self.o, self.st, self.do
+        return ((lambda: self.fplan.execute(q, k, v, out=o, stats=st, stream=s), clock),
+                (lambda: self.bplan.execute(q, k, v, o, do, st, out=(self.dq, self.dk, self.dv),
+                                            stream=s), clock))
+
+    def engines(self) -> str:
+        f, b = self.fplan, self.bplan
+        return f"{f.candidates[f.choice]['name']} / {b.candidates[b.choice]['name']}"
+
+
+def _time_both(torch, ts, fwd_cases, bwd_cases):
+    """Median milliseconds of every forward and every backward case, interleaved, with torch's
+    current stream set to ``ts`` meanwhile (when torch is there)."""
+    if torch is not None:
+        torch.cuda.set_stream(ts)
+    try:
+        return tuple([common.median_spread(t)[0] for t in common.time_interleaved(
+            cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)] for cases in (fwd_cases,
+                                                                             bwd_cases))
+    finally:
+        if torch is not None:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+
+
 def row(torch, s, ts, label, b, h_q, h_kv, sq, d, causal):
-    bf16 = dtypes.bfloat16
-    rng = np.random.default_rng(0)
-    mk = lambda shape: cl.to_device((rng.standard_normal(shape, np.float32) * 0.5).astype(bf16))  # noqa: E731
-    q, k, v = mk((b, h_q, sq, d)), mk((b, h_kv, sq, d)), mk((b, h_kv, sq, d))
-    do = mk((b, h_q, sq, d))
-    o = cl.empty((b, h_q, sq, d), bf16)
-    st = cl.empty((b, h_q, sq, 1), np.float32)
-    dq, dk, dv = cl.empty(q.shape, bf16), cl.empty(k.shape, bf16), cl.empty(v.shape, bf16)
-    t0 = time.perf_counter()
-    fplan = attn.SdpaPlan(q, k, v, causal=causal, training=True)
-    fplan.autotune(stream=s)
-    bplan = attn.SdpaBackwardPlan(q, k, v, o, do, causal=causal)
-    bplan.autotune(stream=s)
-    fplan.execute(q, k, v, out=o, stats=st, stream=s)
-    plan_s = time.perf_counter() - t0
-    for p in (fplan, bplan):     # every candidate's time, for the record
+    P = _Training(s, b, h_q, h_kv, sq, d, causal)
+    q, k, v, o, do = P.q, P.k, P.v, P.o, P.do
+    for p in (P.fplan, P.bplan):     # every candidate's time, for the record
         print(f"  {label} {p.kind}: " + ", ".join(f"{c['name']} {c.get('ms', float('nan')):.3f} ms"
                                                for c in p.candidates), file=sys.stderr)
-    clock = common.cudalibs_clock(s)
-    fwd_cases = [(lambda: fplan.execute(q, k, v, out=o, stats=st, stream=s), clock),
-                 (lambda: attn.sdpa(q, k, v, causal=causal, out=o, stream=s), clock)]
-    bwd_cases = [(lambda: bplan.execute(q, k, v, o, do, st, out=(dq, dk, dv), stream=s),
-                  clock)]
+    fcase, bcase = P.cases(s)
+    fwd_cases = [fcase, (lambda: attn.sdpa(q, k, v, causal=causal, out=o, stream=s),
+                         common.cudalibs_clock(s))]
+    bwd_cases = [bcase]
     names = []
     if torch is not None:
         tclock = common.torch_clock(torch, ts)
@@ -134,16 +196,8 @@ def row(torch, s, ts, label, b, h_q, h_kv, sq, d, causal):
             names.append((name, None))
             fwd_cases.append((fns[0], tclock))
             bwd_cases.append((fns[1], tclock))
-        torch.cuda.set_stream(ts)
-    try:
-        fwd = [common.median_spread(t)[0] for t in common.time_interleaved(
-            fwd_cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)]
-        bwd = [common.median_spread(t)[0] for t in common.time_interleaved(
-            bwd_cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)]
-    finally:
-        if torch is not None:
-            torch.cuda.set_stream(torch.cuda.default_stream())
-    flops = 4.0 * b * h_q * sq * sq * d / (2 if causal else 1)
+    fwd, bwd = _time_both(torch, ts, fwd_cases, bwd_cases)
+    flops = P.flops
     ours_f, oneshot_f = _tflops(flops, fwd[0]), _tflops(flops, fwd[1])
     ours_b = _tflops(2.5 * flops, bwd[0])
     theirs = {}
@@ -163,9 +217,7 @@ def row(torch, s, ts, label, b, h_q, h_kv, sq, d, causal):
             else str(fl[0] or common.NA), common.fmt_ratio(ours_f, best_f), _fmt(ours_b),
             _fmt(cu[1]) if isinstance(cu[1], float) else str(cu[1] or common.NA),
             _fmt(fl[1]) if isinstance(fl[1], float) else str(fl[1] or common.NA),
-            common.fmt_ratio(ours_b, best_b),
-            f"{fplan.candidates[fplan.choice]['name']} / {bplan.candidates[bplan.choice]['name']}",
-            f"{plan_s:.1f}"]
+            common.fmt_ratio(ours_b, best_b), P.engines(), f"{P.plan_s:.1f}"]
 
 
 def _fp8_inputs(rng, shapes):
@@ -319,6 +371,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer timed loops")
     ap.add_argument("--fp8", action="store_true",
                     help="fp8 attention beside our bf16 and torch's (the d = 128 rows)")
+    ap.add_argument("--serving", action="store_true",
+                    help="decode against contiguous and paged caches, packed prefill")
+    ap.add_argument("--window", action="store_true",
+                    help="sliding-window causal attention beside torch with the same mask")
+    ap.add_argument("--frontend", nargs="?", const="", default=None, metavar="PATH",
+                    help="the training rows beside cuDNN's own Python frontend "
+                         "(nvidia-cudnn-frontend, importable or installed under PATH)")
     args = ap.parse_args(argv)
     global ITERS, REPEATS
     if args.quick:
@@ -331,6 +390,12 @@ def main(argv=None) -> int:
     ts = torch.cuda.Stream() if torch is not None else None
     if args.fp8:
         return main_fp8(torch, torch_peer, dev, s, ts, args.rows)
+    if args.window:
+        return main_window(torch, torch_peer, dev, s, ts, args.rows)
+    if args.serving:
+        return _serving.main_serving(common, torch, torch_peer, dev, s, ts, args.quick)
+    if args.frontend is not None:
+        return main_frontend(torch, torch_peer, dev, s, ts, args.rows, args.frontend or None)
     print("## Scaled dot-product attention (bfloat16)\n")
     print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
           f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version}")
@@ -359,6 +424,89 @@ def main(argv=None) -> int:
     return 0
 
 
+def fe_row(torch, fe, s, ts, label, b, h_q, h_kv, sq, d, causal):
+    """One row of the ``--frontend`` table: our autotuned plans, the cuDNN frontend's fastest
+    plan and torch's fastest backend, forward and backward, on the same arrays."""
+    P = _Training(s, b, h_q, h_kv, sq, d, causal)
+    s.sync()
+    fcase, bcase = P.cases(s)
+    fwd_cases, bwd_cases = [fcase], [bcase]
+    tclock = common.torch_clock(torch, ts)
+    # The frontend writes into copies, so our o/stats (read by our backward) stay ours.
+    t = {n: torch.from_dlpack(getattr(P, n)).clone()
+         for n in ("q", "k", "v", "o", "st", "do", "dq", "dk", "dv")}
+    t["stats"] = t.pop("st")
+    torch.cuda.synchronize()
+    fe_engines = ""
+    try:
+        fcase = _cudnn_fe.sdpa_cases(fe, torch, ts, t, causal=causal, scale=d ** -0.5)
+    except Exception as exc:  # noqa: BLE001 - report why and go on with the others
+        fcase = {"why": f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"}
+    if "why" not in fcase:
+        fwd_cases.append((fcase["fwd"], tclock))
+        bwd_cases.append((fcase["bwd"], tclock))
+        fe_engines = fcase["engines"]
+    for name, fns in _torch_cases(torch, ts, P.q, P.k, P.v, P.do, causal, h_q != h_kv).items():
+        if not isinstance(fns, str):
+            fwd_cases.append((fns[0], tclock))
+            bwd_cases.append((fns[1], tclock))
+    fwd, bwd = _time_both(torch, ts, fwd_cases, bwd_cases)
+    tf = [_tflops(P.flops, ms) for ms in fwd]
+    tb = [_tflops(2.5 * P.flops, ms) for ms in bwd]
+    j = 1
+    if "why" in fcase:
+        fe_f = fe_b = None
+    else:
+        fe_f, fe_b, j = tf[1], tb[1], 2
+    torch_f, torch_b = max(tf[j:], default=None), max(tb[j:], default=None)
+    why = fcase.get("why", common.NA)
+    return [label, _fmt(tf[0]), _fmt(fe_f) if fe_f else why,
+            _fmt(torch_f) if torch_f else common.NA, common.fmt_ratio(tf[0], fe_f),
+            common.fmt_ratio(tf[0], torch_f), _fmt(tb[0]), _fmt(fe_b) if fe_b else why,
+            _fmt(torch_b) if torch_b else common.NA, common.fmt_ratio(tb[0], fe_b),
+            common.fmt_ratio(tb[0], torch_b), P.engines(), fe_engines]
+
+
+def main_frontend(torch, torch_peer, dev, s, ts, rows_arg, path) -> int:
+    """The ``--frontend`` table: the training rows beside cuDNN's own Python frontend."""
+    fe, fe_version = _cudnn_fe.load(path)
+    print("## Scaled dot-product attention beside cuDNN's Python frontend (bfloat16)\n")
+    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
+          f" via cudalibs {cl.__version__}; {fe_version}; {torch_peer.name} "
+          f"{torch_peer.version}")
+    print(f"- TFLOP/s, median of {REPEATS} loops of {ITERS} calls; the frontend's fastest of "
+          "all its ranked plans; ratios: ours over the peer\n")
+    if fe is None or torch is None:
+        print("the frontend and torch are both needed for this table")
+        return 0
+    t0 = time.perf_counter()
+    picked = ROWS if rows_arg is None else [ROWS[int(i)] for i in rows_arg.split(",") if i]
+    rows = _measured(lambda spec: fe_row(torch, fe, s, ts, *spec), picked, 11, t0)
+    print(common.markdown_table(
+        ["problem", "fwd ours", "fwd FE", "fwd torch best", "fwd ours/FE", "fwd ours/torch",
+         "bwd ours", "bwd FE", "bwd torch best", "bwd ours/FE", "bwd ours/torch",
+         "our engines (fwd / bwd)", "FE plans (fwd / bwd)"], rows,
+        right={1, 2, 3, 4, 5, 6, 7, 8, 9, 10}))
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def _measured(measure, specs, blanks, t0) -> list:
+    """``[measure(spec) for spec in specs]``, a row that raises reported as its error (and
+    ``blanks`` empty cells), each row printed to stderr as it is done, so that a run cut
+    short still reports what it measured."""
+    rows = []
+    for spec in specs:
+        try:
+            rows.append(measure(spec))
+        except Exception as exc:  # noqa: BLE001 - report the row and go on
+            rows.append([spec[0], f"error: {type(exc).__name__}: {str(exc)[:160]}"]
+                        + [""] * blanks)
+        print(f"  {' | '.join(rows[-1])} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
+              flush=True)
+    return rows
+
+
 def main_fp8(torch, torch_peer, dev, s, ts, rows_arg) -> int:
     """The ``--fp8`` table: fp8 attention at the training rows of head dim 128."""
     print("## Scaled dot-product attention in fp8 (float8_e4m3fn)\n")
@@ -371,19 +519,94 @@ def main_fp8(torch, torch_peer, dev, s, ts, rows_arg) -> int:
     picked = [r for r in ROWS if r[5] == 128]
     if rows_arg is not None:
         picked = [picked[int(i)] for i in rows_arg.split(",") if i]
-    rows = []
-    for spec in picked:
-        try:
-            rows.append(fp8_row(torch, s, ts, *spec))
-        except Exception as exc:  # noqa: BLE001 - report the row and go on
-            rows.append([spec[0], f"error: {type(exc).__name__}: {str(exc)[:160]}"] + [""] * 12)
-        print(f"  {' | '.join(rows[-1])} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
-              flush=True)
+    rows = _measured(lambda spec: fp8_row(torch, s, ts, *spec), picked, 12, t0)
     print(common.markdown_table(
         ["problem", "fwd fp8", "fwd bf16", "fwd torch bf16", "fwd fp8/bf16", "fwd fp8/torch",
          "bwd fp8", "bwd bf16", "bwd torch bf16", "bwd fp8/bf16", "bwd fp8/torch",
          "torch backend (fwd / bwd)", "our fp8 engines (fwd / bwd)", "plan+tune s"], rows,
         right={1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13}))
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def window_row(torch, s, ts, label, b, h_q, h_kv, sq, d, w):
+    """One row of ``--window``: our autotuned plans of a causal window of ``w`` keys and
+    torch's memory-efficient SDPA with the same boolean mask, forward and backward."""
+    bf16 = dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    mk = lambda shape: cl.to_device((rng.standard_normal(shape, np.float32) * 0.5).astype(bf16))  # noqa: E731
+    q, k, v, do = (mk(x) for x in ((b, h_q, sq, d), (b, h_kv, sq, d), (b, h_kv, sq, d),
+                                   (b, h_q, sq, d)))
+    o, st = cl.empty(q.shape, bf16), cl.empty((b, h_q, sq, 1), np.float32)
+    grads = (cl.empty(q.shape, bf16), cl.empty(k.shape, bf16), cl.empty(v.shape, bf16))
+    kw = dict(causal=True, window=(w - 1, None))
+    fplan = attn.SdpaPlan(q, k, v, training=True, **kw)
+    fplan.autotune(stream=s)
+    fplan.execute(q, k, v, out=o, stats=st, stream=s)
+    bplan = attn.SdpaBackwardPlan(q, k, v, o, do, **kw)
+    bplan.autotune(stream=s)
+    clock = common.cudalibs_clock(s)
+    fwd_cases = [(lambda: fplan.execute(q, k, v, out=o, stats=st, stream=s), clock)]
+    bwd_cases = [(lambda: bplan.execute(q, k, v, o, do, st, out=grads, stream=s), clock)]
+    why = common.NA
+    if torch is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        i = torch.arange(sq, device="cuda")
+        mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)
+        tq, tk, tv = (torch.from_dlpack(a).detach().requires_grad_(True) for a in (q, k, v))
+        tdo = torch.from_dlpack(do)
+
+        def tfwd():
+            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    tq, tk, tv, attn_mask=mask, enable_gqa=h_q != h_kv)
+        try:
+            with torch.cuda.stream(ts):
+                to = tfwd()
+                torch.autograd.grad(to, (tq, tk, tv), tdo, retain_graph=True)
+            ts.synchronize()
+            tclock = common.torch_clock(torch, ts)
+            fwd_cases.append((tfwd, tclock))
+            bwd_cases.append((lambda: torch.autograd.grad(to, (tq, tk, tv), tdo,
+                                                          retain_graph=True), tclock))
+            why = None
+        except Exception as exc:  # noqa: BLE001 - a backend that refuses the problem
+            why = f"n/a ({type(exc).__name__})"
+        s.sync()
+        torch.cuda.set_stream(ts)
+    try:
+        fwd, bwd = ([common.median_spread(t)[0] for t in common.time_interleaved(
+            cases, iters=ITERS, repeats=REPEATS, warmup=WARMUP)] for cases in (fwd_cases,
+                                                                                bwd_cases))
+    finally:
+        if torch is not None:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+    flops = 4.0 * b * h_q * d * (sq * w - w * (w - 1) / 2)
+    ours_f, ours_b = _tflops(flops, fwd[0]), _tflops(2.5 * flops, bwd[0])
+    th_f = _tflops(flops, fwd[1]) if why is None else None
+    th_b = _tflops(2.5 * flops, bwd[1]) if why is None else None
+    return [label, _fmt(ours_f), _fmt(th_f) if why is None else why,
+            common.fmt_ratio(ours_f, th_f), _fmt(ours_b), _fmt(th_b) if why is None else why,
+            common.fmt_ratio(ours_b, th_b),
+            f"{fplan.candidates[fplan.choice]['name']} / {bplan.candidates[bplan.choice]['name']}"]
+
+
+def main_window(torch, torch_peer, dev, s, ts, rows_arg) -> int:
+    """The ``--window`` table: sliding-window causal attention."""
+    print("## Sliding-window causal attention (bfloat16)\n")
+    print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
+          f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version} (memory-"
+          "efficient backend, boolean attn_mask)")
+    print(f"- TFLOP/s of the keys each query sees, median of {REPEATS} loops of {ITERS} "
+          "calls; ratios: ours over torch's\n")
+    t0 = time.perf_counter()
+    picked = WINDOW_ROWS if rows_arg is None else [WINDOW_ROWS[int(i)]
+                                                   for i in rows_arg.split(",") if i]
+    rows = _measured(lambda spec: window_row(torch, s, ts, *spec), picked, 6, t0)
+    print(common.markdown_table(
+        ["problem", "fwd ours", "fwd torch", "fwd ours/torch", "bwd ours", "bwd torch",
+         "bwd ours/torch", "our engines (fwd / bwd)"], rows, right={1, 2, 3, 4, 5, 6}))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 0
 

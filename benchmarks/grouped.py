@@ -5,6 +5,8 @@ Run from a checkout::
 
     PYTHONPATH=. python3 benchmarks/grouped.py            # on a GPU, about 1-2 minutes
     PYTHONPATH=. python3 benchmarks/grouped.py --quick    # the small shapes only
+    PYTHONPATH=. python3 benchmarks/grouped.py --wgrad    # the weight gradient only
+    PYTHONPATH=. python3 benchmarks/grouped.py --forward  # the product only (1 and 2)
 
 What is measured
 ----------------
@@ -13,9 +15,11 @@ What is measured
    shuffled; for 64 experts the least popular one gets no token), ``out[rows of e] = x[rows
    of e] @ w[e]``, for E = 8 and 64 and hidden sizes 4096 -> 14336 and 2048 -> 1408:
 
-   - ``kernels.grouped_mm``: the device-offsets kernel through a held :class:`GroupedMM`
-     plan (chosen by its heuristic), w as (E, K, N) and as the transposed view of an
-     (E, N, K) tensor ("nk", how a Linear layer keeps its weight);
+   - ``kernels.grouped_mm``: the device-offsets kernels through held :class:`GroupedMM`
+     plans, autotuned (every candidate timed by the plan's own timer, not kept on disk; on
+     compute capability 9.0 the Hopper wgmma/TMA tiles are among them, on any GPU the sm_80
+     kernel's), w as (E, K, N) and as the transposed view of an (E, N, K) tensor ("nk", how
+     a Linear layer keeps its weight); the "kernel tiles" column names each plan's choice;
    - ``cublas.GroupedGemm``'s two candidates through held plans, each picked with
      ``select``: one ``cublasGemmGroupedBatchedEx`` ("cuBLAS grouped call") and one prepared
      cuBLAS GEMM per expert queued back to back ("per-group GEMMs");
@@ -23,8 +27,9 @@ What is measured
      the "one-shot runs" column) over lists of views made once, and with the views made
      from the host counts on every call (what a step that knows its counts on the host
      pays);
-   - ``torch._grouped_mm(x, w, offs)`` (where torch has it) and a Python loop of
-     ``torch.matmul`` over the experts.
+   - ``torch._grouped_mm(x, w, offs)`` (where torch has it), with w in both layouts, and a
+     Python loop of ``torch.matmul`` over the experts; the ratios set the kernel beside each
+     (kn beside torch's kn, nk beside torch's nk).
 
    TFLOP/s = 2 T K N / time (the tokens each do one K x N product).  Every library runs on
    the same memory (torch tensors, borrowed by cudalibs once, outside the timing), each on a
@@ -34,6 +39,19 @@ What is measured
    offsets between replays: the time of a replay (the copy of the offsets not included)
    beside a direct call, and ``torch._grouped_mm`` captured with ``torch.cuda.graph`` and
    replayed the same way, where that works.
+
+3. **Weight gradient** (``--wgrad`` runs only this): ``dw[e] = x[rows of e]^T @ dy[rows of
+   e]`` for K = 4096, N = 1408 and 14336, 16384 tokens, E = 8 and 64, skewed counts as above:
+
+   - ``kernels.grouped_mm_wgrad`` through held :class:`GroupedMMWgrad` plans (heuristic
+     tiles): a float32 gradient, the same accumulated into (``accumulate=True``, which also
+     reads dw), and a bfloat16 one;
+   - ``torch._grouped_mm(x.t(), dy, offs)``, what torch's backward of ``_grouped_mm`` runs for
+     w (where this torch has it and runs it; else ``n/a``, the reason on stderr), and a Python
+     loop of ``torch.matmul(x_e^T, dy_e)`` into a bfloat16 dw;
+   - the relative difference of the kernel's float32 gradient from the loop's.
+
+   TFLOP/s = 2 T K N / time, as above.
 
 Ratios are ours/theirs in throughput (above 1: cudalibs faster).  No result is asserted:
 this is a measurement.
@@ -59,6 +77,9 @@ from cudalibs import cublas, kernels
 #: (experts, K, N, tokens) of each layer measured; the first two are the --quick ones.
 LAYERS = ((8, 2048, 1408, 4096), (64, 2048, 1408, 16384), (8, 4096, 14336, 8192),
           (64, 4096, 14336, 16384))
+#: (experts, K, N, tokens) of the weight-gradient rows; the first two are the --quick ones.
+WGRAD_LAYERS = ((8, 4096, 1408, 16384), (64, 4096, 1408, 16384), (8, 4096, 14336, 16384),
+                (64, 4096, 14336, 16384))
 
 
 def _counts(tokens: int, experts: int, rng) -> np.ndarray:
@@ -78,6 +99,11 @@ def _fmt(x, digits=1):
 
 def _tflops(t, k, n, ms):
     return 2.0 * t * k * n / (ms * 1e-3) / 1e12 if isinstance(ms, float) else None
+
+
+def _rates(cases, times, t, k, n) -> dict:
+    """TFLOP/s of each case, from the median of its repeats."""
+    return {name: _tflops(t, k, n, common.median_spread(ms)[0]) for name, ms in zip(cases, times)}
 
 
 def _iters(fn, sync, budget_ms=60.0) -> int:
@@ -119,11 +145,19 @@ class _Layer:
                 [self.out[a:b] for a, b in zip(lo, e)])
 
 
+def _autotuned(x, w, offs, out, s):
+    """A GroupedMM plan of the layer, every candidate timed on ``s`` (nothing kept on disk:
+    a benchmark measures, it does not teach later runs)."""
+    plan = kernels.GroupedMM(x, w, offs, out)
+    plan.autotune(stream=s, store=False)
+    return plan
+
+
 def _layer_row(torch, d, s, clock, tclock) -> list[str]:
     """Time one layer's contenders (their repeats alternating); its table row."""
     experts, k, n, tokens = d.shape
-    plan = kernels.GroupedMM(d.x, d.w, d.offs, d.out).plan()
-    plan_nk = kernels.GroupedMM(d.x, d.w_nk, d.offs, d.out).plan()
+    plan = _autotuned(d.x, d.w, d.offs, d.out, s)
+    plan_nk = _autotuned(d.x, d.w_nk, d.offs, d.out, s)
     al, bl, ol = d.views()
     starts = np.concatenate([[0], d.ends[:-1]])
     held = {}
@@ -154,50 +188,165 @@ def _layer_row(torch, d, s, clock, tclock) -> list[str]:
     }
     if hasattr(torch, "_grouped_mm"):
         cases["torch._grouped_mm"] = (lambda: torch._grouped_mm(d.tx, d.tw, d.toffs), tclock)
+        cases["torch gmm nk"] = (lambda: torch._grouped_mm(d.tx, d.tw_nk, d.toffs), tclock)
     try:
         iters = _iters(cases["kernel"][0], s.sync)
         times = common.time_interleaved(list(cases.values()), iters=iters, repeats=5,
                                         warmup=2)
     finally:
-        tile = plan.candidates[plan.choice]["name"]
+        tile = (f"{plan.candidates[plan.choice]['id']} / "
+                f"{plan_nk.candidates[plan_nk.choice]['id']}")
         plan.close()
         plan_nk.close()
         for gp in held.values():
             gp.close()
         s.sync()
-    tf = {name: _tflops(tokens, k, n, common.median_spread(t)[0])
-          for name, t in zip(cases, times)}
-    ref = tf.get("torch._grouped_mm")
-    print(f"  E={experts} {k}->{n}: kernel {_fmt(tf['kernel'])} TFLOP/s, cuBLAS grouped "
-          f"call {_fmt(tf['grouped call'])}, per-group GEMMs {_fmt(tf['per-group'])}, "
-          f"torch._grouped_mm {_fmt(ref)}", file=sys.stderr)
+    tf = _rates(cases, times, tokens, k, n)
+    ref, ref_nk = tf.get("torch._grouped_mm"), tf.get("torch gmm nk")
+    print(f"  E={experts} {k}->{n}: kernel ({tile}) {_fmt(tf['kernel'])} / "
+          f"{_fmt(tf['kernel nk'])} (nk) TFLOP/s, cuBLAS grouped call "
+          f"{_fmt(tf['grouped call'])}, per-group GEMMs {_fmt(tf['per-group'])}, "
+          f"torch._grouped_mm {_fmt(ref)} / {_fmt(ref_nk)} (nk), torch.matmul loop "
+          f"{_fmt(tf['torch loop'])}", file=sys.stderr)
     return [f"E={experts} {k}->{n} T={tokens}", tile,
             *(_fmt(tf.get(c)) for c in ("kernel", "kernel nk", "grouped call", "per-group")),
             pick,
             *(_fmt(tf.get(c)) for c in ("cublas", "cublas per call", "torch._grouped_mm",
-                                        "torch loop")),
-            common.fmt_ratio(tf["kernel"], ref), common.fmt_ratio(tf["cublas"], ref)]
+                                        "torch gmm nk", "torch loop")),
+            common.fmt_ratio(tf["kernel"], ref), common.fmt_ratio(tf["kernel nk"], ref_nk),
+            common.fmt_ratio(tf["kernel"], tf["torch loop"]),
+            common.fmt_ratio(tf["cublas"], ref)]
 
 
-def layers(torch, shapes):
+def _on_streams(torch, shapes, row) -> list:
+    """``row(i, shape, stream, clock, torch clock)`` for each shape: cudalibs on a stream of
+    its own, torch on another (made torch's current meanwhile)."""
     s = cl.Stream()
     clock = common.cudalibs_clock(s)
     ts = torch.cuda.Stream()
     tclock = common.torch_clock(torch, ts)
-    rows = []
     torch.cuda.set_stream(ts)
     try:
-        for i, (experts, k, n, tokens) in enumerate(shapes):
-            rows.append(_layer_row(torch, _Layer(torch, experts, k, n, tokens, seed=i), s,
-                                   clock, tclock))
+        return [row(i, shape, s, clock, tclock) for i, shape in enumerate(shapes)]
     finally:
         torch.cuda.set_stream(torch.cuda.default_stream())
+
+
+def layers(torch, shapes):
+    rows = _on_streams(torch, shapes, lambda i, shape, s, clock, tclock: _layer_row(
+        torch, _Layer(torch, *shape, seed=i), s, clock, tclock))
     return common.markdown_table(
-        ["bf16 layer (skewed counts)", "kernel tiles", "kernel TFLOP/s", "kernel nk",
-         "cuBLAS grouped call", "per-group GEMMs", "one-shot runs", "cuBLAS one-shot",
-         "cuBLAS, views per call", "torch._grouped_mm", "torch.matmul loop",
-         "kernel/torch gmm", "cuBLAS one-shot/torch gmm"], rows,
-        right=[*range(2, 6), *range(7, 13)])
+        ["bf16 layer (skewed counts)", "kernel tiles (autotuned, kn / nk)", "kernel TFLOP/s",
+         "kernel nk", "cuBLAS grouped call", "per-group GEMMs", "one-shot runs",
+         "cuBLAS one-shot", "cuBLAS, views per call", "torch._grouped_mm", "torch gmm nk",
+         "torch.matmul loop", "kernel/torch gmm", "kernel nk/torch gmm nk",
+         "kernel/torch loop", "cuBLAS one-shot/torch gmm"], rows,
+        right=[*range(2, 6), *range(7, 16)])
+
+
+class _WgradLayer:
+    """One expert layer's backward data: x (T, K) and dy (T, N) made by torch (random,
+    seeded), the skewed counts, float32 and bfloat16 gradients; borrowed by cudalibs."""
+
+    def __init__(self, torch, experts, k, n, tokens, seed):
+        rng = np.random.default_rng(seed)
+        self.shape = (experts, k, n, tokens)
+        self.counts = _counts(tokens, experts, rng)
+        self.ends = np.cumsum(self.counts)
+        self.starts = np.concatenate([[0], self.ends[:-1]])
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        bf = torch.bfloat16
+        self.tx = torch.randn(tokens, k, device="cuda", dtype=bf, generator=gen)
+        self.tdy = torch.randn(tokens, n, device="cuda", dtype=bf, generator=gen) / k ** 0.5
+        self.toffs = torch.tensor(self.ends, device="cuda", dtype=torch.int32)
+        self.tdw32 = torch.empty(experts, k, n, device="cuda", dtype=torch.float32)
+        self.tdw16 = torch.empty(experts, k, n, device="cuda", dtype=bf)
+        self.x, self.dy, self.offs, self.dw32, self.dw16 = (
+            cl.asarray(t) for t in (self.tx, self.tdy, self.toffs, self.tdw32, self.tdw16))
+        torch.cuda.synchronize()        # cudalibs' streams read what torch's made
+
+
+def _torch_gmm_wgrad(torch, d):
+    """``torch._grouped_mm(x^T, dy, offs)`` -- what its backward runs for w -- if this torch
+    has it and runs it here; else None, saying why."""
+    if not hasattr(torch, "_grouped_mm"):
+        return None
+    try:
+        torch._grouped_mm(d.tx.t(), d.tdy, d.toffs)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run this case: n/a
+        print(f"  torch._grouped_mm(x.t(), dy, offs): {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return None
+    return lambda: torch._grouped_mm(d.tx.t(), d.tdy, d.toffs)
+
+
+def _wgrad_row(torch, d, s, clock, tclock) -> list[str]:
+    """Time one layer's weight-gradient contenders (their repeats alternating); its row."""
+    experts, k, n, tokens = d.shape
+    plan = kernels.GroupedMMWgrad(d.x, d.dy, d.offs, d.dw32).plan()
+    plan16 = kernels.GroupedMMWgrad(d.x, d.dy, d.offs, d.dw16).plan()
+
+    def loop():
+        for g, (lo, hi) in enumerate(zip(d.starts, d.ends)):
+            torch.matmul(d.tx[lo:hi].T, d.tdy[lo:hi], out=d.tdw16[g])
+
+    cases = {
+        "kernel f32": (lambda: plan.execute(d.x, d.dy, d.offs, d.dw32, stream=s), clock),
+        "kernel f32 +=": (lambda: plan.execute(d.x, d.dy, d.offs, d.dw32, accumulate=True,
+                                               stream=s), clock),
+        "kernel bf16": (lambda: plan16.execute(d.x, d.dy, d.offs, d.dw16, stream=s), clock),
+        "torch loop": (loop, tclock),
+    }
+    gmm = _torch_gmm_wgrad(torch, d)
+    if gmm is not None:
+        cases["torch gmm"] = (gmm, tclock)
+    try:
+        iters = _iters(cases["kernel f32"][0], s.sync)
+        times = common.time_interleaved(list(cases.values()), iters=iters, repeats=5,
+                                        warmup=2)
+        # how far the kernel's float32 gradient is from torch's loop (bf16): a sanity check
+        plan.execute(d.x, d.dy, d.offs, d.dw32, stream=s)
+        s.sync()
+        loop()
+        torch.cuda.synchronize()
+        num = den = 0.0
+        for g in range(experts):          # a group at a time: dw may not fit twice
+            ref = d.tdw16[g].float()
+            num += float(((d.tdw32[g] - ref) ** 2).sum())
+            den += float((ref ** 2).sum())
+        diff = (num / den) ** 0.5 if den else 0.0
+    finally:
+        tile = plan.candidates[plan.choice]["name"]
+        plan.close()
+        plan16.close()
+        s.sync()
+    tf = _rates(cases, times, tokens, k, n)
+    ref = tf.get("torch gmm")
+    print(f"  wgrad E={experts} {k}x{n} T={tokens}: kernel {_fmt(tf['kernel f32'])} TFLOP/s "
+          f"(f32), {_fmt(tf['kernel bf16'])} (bf16), torch gmm {_fmt(ref)}, torch loop "
+          f"{_fmt(tf['torch loop'])}", file=sys.stderr)
+    return [f"E={experts} {k}x{n} T={tokens}", tile,
+            *(_fmt(tf.get(c)) for c in ("kernel f32", "kernel f32 +=", "kernel bf16",
+                                        "torch gmm", "torch loop")),
+            common.fmt_ratio(tf["kernel f32"], ref), common.fmt_ratio(tf["kernel bf16"], ref),
+            common.fmt_ratio(tf["kernel bf16"], tf["torch loop"]), f"{diff:.1e}"]
+
+
+def wgrad(torch, shapes):
+    def row(i, shape, s, clock, tclock):
+        try:
+            return _wgrad_row(torch, _WgradLayer(torch, *shape, seed=300 + i), s, clock,
+                              tclock)
+        finally:
+            torch.cuda.empty_cache()      # the next layer's gradients need the room
+
+    rows = _on_streams(torch, shapes, row)
+    return common.markdown_table(
+        ["bf16 wgrad (skewed counts)", "kernel tiles", "kernel f32 TFLOP/s", "kernel f32 +=",
+         "kernel bf16", "torch gmm (x^T, dy)", "torch.matmul loop", "f32/torch gmm",
+         "bf16/torch gmm", "bf16/loop", "rel diff vs loop"], rows,
+        right=[*range(2, 11)])
 
 
 def _replays(run, write, vectors, sync, event) -> list[float]:
@@ -298,6 +447,10 @@ def captured(torch, shapes):
 def main(argv=None) -> int:
     ap = common.arg_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="the small layers only")
+    ap.add_argument("--wgrad", action="store_true",
+                    help="the weight-gradient rows only (grouped_mm_wgrad)")
+    ap.add_argument("--forward", action="store_true",
+                    help="the product only: the layers and the captured replays")
     args = ap.parse_args(argv)
     common.exit_if_no_gpu("benchmarks/grouped.py")
     torch_p = common.load_torch()
@@ -316,11 +469,17 @@ def main(argv=None) -> int:
           f"torch {torch_p.version}, torch._grouped_mm "
           f"{'present' if hasattr(torch, '_grouped_mm') else 'absent'}\n")
     shapes = LAYERS[:2] if args.quick else LAYERS
+    wshapes = WGRAD_LAYERS[:2] if args.quick else WGRAD_LAYERS
     sections = [
         ("One expert layer, bf16, skewed token counts", lambda: layers(torch, shapes)),
         ("Captured once, replayed with new device counts", lambda: captured(
             torch, shapes[:1] if args.quick else (shapes[1], shapes[2]))),
+        ("Weight gradient, bf16, skewed token counts", lambda: wgrad(torch, wshapes)),
     ]
+    if args.wgrad:
+        sections = sections[2:]
+    elif args.forward:
+        sections = sections[:2]
     for title, run in sections:
         t0 = time.perf_counter()
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["DIRECTORY", "SEARCHED", "ENTRIES", "TARGETS", "DEFAULT_TARGET", "target",
-           "compute_capability", "ptx_path", "source_path", "read_ptx"]
+           "arch_specific", "compute_capability", "ptx_path", "source_path", "read_ptx"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -58,16 +58,41 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "grouped": (
         tuple(f"grouped_mm_{dt}_{layout}_{tile}_{out}" for dt in ("bf16", "f16")
               for layout in ("kn", "nk") for tile in ("m128", "m64") for out in (dt, "f32"))
+        + tuple(f"grouped_wgrad_{dt}_{tile}_{out}" for dt in ("bf16", "f16")
+                for tile in ("m128", "m64") for out in (dt, "f32"))
         + ("grouped_ptrs",)
     ),
+    "moe": (
+        ("topk_softmax_f32", "topk_softmax_f16", "topk_softmax_bf16")
+        + _suffixed(_suffixed(("topk_softmax_backward",), ("f32", "f16", "bf16")),
+                    ("i32", "i64"))
+        + _suffixed(("moe_route_count", "moe_route_scatter"), ("i32", "i64"))
+        + ("moe_route_scan", "moe_permute")
+        + _suffixed(("moe_unpermute", "moe_unpermute_backward"),
+                    ("f32_f32", "f16_f16", "f16_f32", "bf16_bf16", "bf16_f32"))
+    ),
+    "norm": (
+        tuple(f"{op}_{d}_{t}_{kind}" for op in ("layer_norm", "rms_norm")
+              for t in ("f32", "f16", "bf16")
+              for d, kinds in (("fwd", ("v4", "any")), ("bwd", ("v2", "v4", "any")))
+              for kind in kinds)
+        + _suffixed(("norm_param_grad",), ("f32", "f16", "bf16"))
+    ),
+    "grouped90": tuple(
+        f"grouped90_{dt}_{layout}_{tile}_{out}" for dt in ("bf16", "f16")
+        for layout in ("kn", "nk")
+        for tile in ("m128n256", "m128n256s", "m128n128", "m128n128s", "m64n256", "m64n256s")
+        for out in (dt, "f32")),
 }
 
 #: The architecture every file is built for unless :data:`TARGETS` names another.
 DEFAULT_TARGET = "sm_75"
 #: Files built for a newer architecture than :data:`DEFAULT_TARGET`, by stem: the grouped
 #: GEMM uses cp.async and bfloat16 tensor-core products, which need sm_80.  The driver cannot
-#: load such a file on an older GPU, so the kernel loader refuses it first, saying why.
-TARGETS: dict[str, str] = {"grouped": "sm_80"}
+#: load such a file on an older GPU, so the kernel loader refuses it first, saying why.  The
+#: Hopper grouped GEMM (wgmma, TMA) needs ``sm_90a``: an architecture-specific target ("a"),
+#: whose code runs on compute capability 9.0 only -- not on older GPUs, nor on newer ones.
+TARGETS: dict[str, str] = {"grouped": "sm_80", "grouped90": "sm_90a"}
 
 
 def target(stem: str) -> str:
@@ -75,9 +100,17 @@ def target(stem: str) -> str:
     return TARGETS.get(stem, DEFAULT_TARGET)
 
 
+def arch_specific(stem: str) -> bool:
+    """Whether ``stem.ptx`` is built for an architecture-specific target (``sm_90a``): it
+    runs on GPUs of exactly :func:`compute_capability`, none newer."""
+    return target(stem).endswith("a")
+
+
 def compute_capability(stem: str) -> tuple[int, int]:
-    """The oldest compute capability whose GPUs load ``stem.ptx``: ``(7, 5)``, ``(8, 0)``."""
-    digits = target(stem).removeprefix("sm_")
+    """The compute capability ``stem.ptx`` is built for: the oldest whose GPUs load it
+    (``(7, 5)``, ``(8, 0)``), or the only one for an architecture-specific target
+    (``(9, 0)`` for ``sm_90a``)."""
+    digits = target(stem).removeprefix("sm_").removesuffix("a")
     return int(digits[:-1]), int(digits[-1])
 
 

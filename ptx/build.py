@@ -7,11 +7,13 @@ Usage, in the root of a checkout::
     python ptx/build.py --ptxas /path/to/cuda-12.0/ptxas   # validate with another ptxas
 
 Each ``name.cu`` is compiled with ``nvcc -ptx -arch=compute_75 -O3 -std=c++17`` (``compute_80``
-for the files :data:`cudalibs.ptx.TARGETS` names: the grouped GEMM's cp.async and bfloat16
-tensor-core products need it), the ``.version`` line nvcc writes (9.0 for nvcc 13) is lowered to
-:data:`PTX_VERSION`, and the result is assembled with ``ptxas -arch=sm_75`` (``sm_80``), which
-rejects any instruction or directive newer than the declared ISA version, so a file that passes
-is legal PTX 8.0 (see README.md for why 8.0).
+or ``compute_90a`` for the files :data:`cudalibs.ptx.TARGETS` names: the grouped GEMM's cp.async
+and bfloat16 tensor-core products need sm_80, its Hopper version's wgmma and TMA the
+architecture-specific sm_90a), the ``.version`` line nvcc writes (9.0 for nvcc 13) is lowered
+to :data:`PTX_VERSION`, and the result is assembled with ``ptxas -arch=`` the file's own target
+(``sm_75``, ``sm_80``, ``sm_90a``), which rejects any instruction or directive newer than the
+declared ISA version, so a file that passes is legal PTX 8.0 (see README.md for why 8.0; ISA
+8.0 is also the first to know sm_90a and wgmma).
 A comment header records the sha256 of every source file the PTX was built from, the nvcc
 release and the command, so a test can tell that a committed PTX matches its sources without
 a compiler, and a rebuild with the same nvcc reproduces the file byte for byte.
@@ -66,7 +68,7 @@ COMMAND = "python ptx/build.py"
 _HEADER_TAG = "// cudalibs-ptx"
 _VERSION_RE = re.compile(r"^\.version\s+(\d+)\.(\d+)\s*$", re.M)
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-_TARGET_RE = re.compile(r"^\.target\s+(sm_\d+)\s*$", re.M)
+_TARGET_RE = re.compile(r"^\.target\s+(sm_\d+a?)\s*$", re.M)
 
 
 def _which(tool: str, given: str | None) -> str:

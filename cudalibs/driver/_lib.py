@@ -6,7 +6,7 @@ also exported, with the old ABI.  A CPU test checks every row against the header
 """
 
 from ctypes import (CFUNCTYPE, POINTER, Structure, Union, c_char, c_char_p, c_float, c_int,
-                    c_size_t, c_ubyte, c_uint, c_uint64, c_ushort, c_void_p)
+                    c_size_t, c_ubyte, c_uint, c_uint32, c_uint64, c_ushort, c_void_p)
 
 from .._ffi import LazyLibrary, Proto, opaque_handle
 
@@ -37,6 +37,11 @@ CUfunction_attribute = c_int
 CUstreamCaptureMode = c_int
 CUstreamCaptureStatus = c_int
 CUlaunchAttributeID = c_int
+CUtensorMapDataType = c_int
+CUtensorMapInterleave = c_int
+CUtensorMapSwizzle = c_int
+CUtensorMapL2promotion = c_int
+CUtensorMapFloatOOBfill = c_int
 # typedef size_t (CUDA_CB *CUoccupancyB2DSize)(int blockSize)
 CUoccupancyB2DSize = CFUNCTYPE(c_size_t, c_int)
 
@@ -184,6 +189,19 @@ class CUDA_MEMSET_NODE_PARAMS(Structure):
     ]
 
 
+# #define CU_TENSOR_MAP_NUM_QWORDS 16
+CU_TENSOR_MAP_NUM_QWORDS = 16
+
+
+class CUtensorMap(Structure):
+    """A TMA descriptor: 128 opaque bytes.  C aligns it to 64 bytes (128 in CUDA 13's
+    header) and cuTensorMapEncodeTiled requires that alignment of the map it writes, which
+    ctypes cannot declare before Python 3.13: place one with ``from_buffer`` at an aligned
+    offset (as cudalibs.driver.tensormap does)."""
+
+    _fields_ = [("opaque", c_uint64 * CU_TENSOR_MAP_NUM_QWORDS)]
+
+
 class CUgraphExecUpdateResultInfo(Structure):
     _fields_ = [
         ("result", c_int),
@@ -206,6 +224,7 @@ STRUCTS = {
     CUmemLocation: "CUmemLocation_st",
     CUmemPoolProps: "CUmemPoolProps_st",
     CUDA_MEMCPY2D: "CUDA_MEMCPY2D_st",
+    CUtensorMap: "CUtensorMap_st",
 }
 
 # enum CUmemorytype_enum
@@ -290,6 +309,23 @@ CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2
 # enum CUoccupancy_flags_enum
 CU_OCCUPANCY_DEFAULT = 0
 CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE = 1
+# enum CUtensorMapDataType_enum (the 16-bit floating-point types)
+CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6
+CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
+# enum CUtensorMapInterleave_enum
+CU_TENSOR_MAP_INTERLEAVE_NONE = 0
+# enum CUtensorMapSwizzle_enum
+CU_TENSOR_MAP_SWIZZLE_NONE = 0
+CU_TENSOR_MAP_SWIZZLE_32B = 1
+CU_TENSOR_MAP_SWIZZLE_64B = 2
+CU_TENSOR_MAP_SWIZZLE_128B = 3
+# enum CUtensorMapL2promotion_enum
+CU_TENSOR_MAP_L2_PROMOTION_NONE = 0
+CU_TENSOR_MAP_L2_PROMOTION_L2_64B = 1
+CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2
+CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
+# enum CUtensorMapFloatOOBfill_enum
+CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
 
 
 def _enum_table(text):
@@ -716,6 +752,17 @@ TABLE = [
     #                             size_t *paramSize)
     Proto("cuFuncGetParamInfo", CUresult,
           [CUfunction, c_size_t, POINTER(c_size_t), POINTER(c_size_t)], "CUDA 12.4"),
+    # -- tensor maps (TMA descriptors) ------------------------------------------------------
+    # CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap,
+    #     CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress,
+    #     const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
+    #     const cuuint32_t *boxDim, const cuuint32_t *elementStrides,
+    #     CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+    #     CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+    Proto("cuTensorMapEncodeTiled", CUresult,
+          [POINTER(CUtensorMap), CUtensorMapDataType, c_uint32, c_void_p, POINTER(c_uint64),
+           POINTER(c_uint64), POINTER(c_uint32), POINTER(c_uint32), CUtensorMapInterleave,
+           CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill], "CUDA 12.0"),
 ]
 
 get = LazyLibrary("cuda", TABLE)

@@ -4,7 +4,12 @@ file: :mod:`~cudalibs.kernels.elementwise`, :mod:`~cudalibs.kernels.matmul`,
 :mod:`~cudalibs.kernels.wmma`, :mod:`~cudalibs.kernels.train` (losses, optimizers, embeddings,
 pooling for training), :mod:`~cudalibs.kernels.fp8` (amax, fp8 quantization, delayed scaling),
 :mod:`~cudalibs.kernels.grouped` (the grouped GEMM of mixture-of-experts layers, its group
-sizes read from device memory, a plan); every function is re-exported here.
+sizes read from device memory, a plan; its Hopper kernels in
+:mod:`~cudalibs.kernels.grouped90`, which has no function of its own),
+:mod:`~cudalibs.kernels.moe` (the routing around it: top-k softmax, a stable sort of the
+slots by expert, the permutations and their gradients), :mod:`~cudalibs.kernels.norm` (layer
+and RMS norm, a residual add fused in front, forward and backward); every function is
+re-exported here.
 
 One function per operation, taking :class:`~cudalibs.DeviceArray` objects (or anything
 :func:`cudalibs.asarray` accepts: PyTorch and CuPy arrays, any ``__cuda_array_interface__`` or
@@ -55,6 +60,16 @@ dequantize_fp8                           fp8 in; float32, float16 or bfloat16 ou
 delayed_scale_update                     float32 history, amax, scale, scale_inv
 grouped_mm, GroupedMM                    bfloat16, float16 in; same or float32 out;
                                          int32/int64 device offsets (sm_80+)
+grouped_mm_wgrad, GroupedMMWgrad,        bfloat16, float16 in; float32 (default) or
+grouped_mm_backward                      same out; int32/int64 device offsets (sm_80+)
+topk_softmax(_backward)                  float32, float16, bfloat16 logits; float32
+                                         weights and gradient; int32 (backward: int32
+                                         or int64) ids
+moe_routing                              int32/int64 ids; int32 offsets, order, slots
+moe_permute, moe_unpermute(_backward),   float32, float16, bfloat16 rows (outputs of
+moe_permute_backward                     the gathers also float32); float32 weights
+layer_norm, rms_norm (+ residual add),   float32, float16, bfloat16 rows; float32 or the
+layer_norm_backward, rms_norm_backward   rows' type weight and bias; float32 statistics
 =======================================  ===========================================
 """
 
@@ -63,8 +78,13 @@ from .elementwise import (add, axpy, batch_norm_relu_infer, bias_gelu, bias_relu
                           channel_bias_act, fill, relu_backward, scale)
 from .fp8 import amax, delayed_scale_update, dequantize_fp8, quantize_fp8
 from .grouped import GROUPED_MM_KEY, GroupedMM, grouped_mm
+from .grouped import (GROUPED_MM_WGRAD_KEY, GroupedMMWgrad, grouped_mm_backward,
+                      grouped_mm_wgrad)
 from .layout import nchw_to_nhwc, nhwc_to_nchw, transpose
 from .matmul import bmm, matmul_naive, matmul_tiled
+from .norm import NormResult, layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
+from .moe import (MoeRouting, moe_permute, moe_permute_backward, moe_routing, moe_unpermute,
+                  moe_unpermute_backward, topk_softmax, topk_softmax_backward)
 from .softmax import log_softmax, softmax
 from .train import (CrossEntropy, accuracy_count, adamw, cross_entropy, cross_entropy_backward,
                     embedding, embedding_backward, global_avg_pool, global_avg_pool_backward, sgd,
@@ -78,4 +98,8 @@ __all__ = ["add", "axpy", "scale", "fill", "matmul_naive", "matmul_tiled", "bmm"
            "cross_entropy_backward", "accuracy_count", "sgd", "adamw", "step_increment",
            "embedding", "embedding_backward", "global_avg_pool", "global_avg_pool_backward",
            "amax", "quantize_fp8", "dequantize_fp8", "delayed_scale_update",
-           "grouped_mm", "GroupedMM", "GROUPED_MM_KEY"]
+           "grouped_mm", "GroupedMM", "GROUPED_MM_KEY",
+           "grouped_mm_wgrad", "GroupedMMWgrad", "GROUPED_MM_WGRAD_KEY", "grouped_mm_backward",
+           "MoeRouting", "topk_softmax", "topk_softmax_backward", "moe_routing", "moe_permute",
+           "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",
+           "NormResult", "layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]

@@ -83,6 +83,13 @@ def real(op: str, name: str, value) -> float:
     return float(value)
 
 
+def flag(op: str, name: str, value) -> bool:
+    """``value`` as a bool, refusing anything that is not one (a 1 or a string is a mistake)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
 def dim(op: str, what: str, n: int) -> int:
     """``n``, checked to fit the kernels' 32-bit size arguments."""
     if n > U32_MAX:

@@ -70,6 +70,10 @@ class Plan(Resource):
 
     kind = "plan"          # the tuning store's and the cache's name for this kind of plan
     library = "cudalibs"   # whose version goes into the tuning key
+    #: Whether :meth:`autotune` flushes the L2 cache before each timed loop.  True suits an
+    #: operation whose inputs come cold from memory; a plan whose inputs a network has just
+    #: written (a convolution's activations) sets it false and is timed as it will run.
+    tune_flush_l2 = True
 
     def _init_plan(self, device) -> None:
         self._device = device
@@ -191,8 +195,9 @@ class Plan(Resource):
 
         The timer is :func:`time_candidates`: per candidate, the median of ``rounds`` loops of
         back-to-back runs of about half a millisecond, on fresh random inputs, with the L2
-        cache flushed before each loop; the candidates' loops are interleaved so that clock
-        and host drift fall on all alike.  The result is kept in :func:`tuning_store` under
+        cache flushed before each loop (unless the plan's class sets :attr:`tune_flush_l2`
+        false); the candidates' loops are interleaved so that clock and host drift fall on all
+        alike.  The result is kept in :func:`tuning_store` under
         the problem, the device architecture and the library version, and a later autotune of
         the same problem (in this process or another) selects it without timing, unless
         ``force``.
@@ -222,7 +227,8 @@ class Plan(Resource):
                         run(i)
                     return go
                 times = time_candidates([make(i) for i in range(len(self._candidates))], s,
-                                        rounds=rounds, device=self._device)
+                                        rounds=rounds, device=self._device,
+                                        flush=self.tune_flush_l2)
             for c, t in zip(self._candidates, times):
                 c["ms"] = t
             ok = [i for i, t in enumerate(times) if math.isfinite(t)]

@@ -97,10 +97,17 @@ def kernel(device, name: str):
 
 def check_arch(device, stem: str, what: str) -> None:
     """Raise :class:`~cudalibs.CudaLibsError` when ``stem.ptx`` is built for a newer
-    architecture than ``device`` has (``cudalibs.ptx.TARGETS``): the driver's JIT would
-    refuse its ``.target`` with a bare status.  ``what`` starts the message."""
+    architecture than ``device`` has (``cudalibs.ptx.TARGETS``), or for an
+    architecture-specific target (``sm_90a``) of another compute capability than the
+    device's: the driver's JIT would refuse its ``.target`` with a bare status.  ``what``
+    starts the message."""
     need = _ptx.compute_capability(stem)
     have = tuple(device.compute_capability)
+    if _ptx.arch_specific(stem) and have != need:
+        raise CudaLibsError(f"{what}: {stem}.ptx is built for {_ptx.target(stem)}, whose code "
+                            f"runs on compute capability {need[0]}.{need[1]} only (an "
+                            f"architecture-specific target); device {device.ordinal} has "
+                            f"{have[0]}.{have[1]}")
     if have < need:
         raise CudaLibsError(f"{what}: {stem}.ptx is built for {_ptx.target(stem)} and needs "
                             f"compute capability {need[0]}.{need[1]} or newer; device "
@@ -109,7 +116,12 @@ def check_arch(device, stem: str, what: str) -> None:
 
 def launch(device, name: str, grid: tuple, block: tuple, args: tuple, stream,
             shared_mem: int = 0) -> None:
-    """Launch ``name`` on ``device`` through a cached prepared launcher."""
+    """Launch ``name`` on ``device`` through a cached prepared launcher.
+
+    ``shared_mem`` above the default limit of dynamic shared memory (48 KiB) raises the
+    kernel's limit first (once per kernel): the Hopper grouped GEMM's stages need up to
+    about 211 KiB.
+    """
     key = (device.ordinal, name, grid, block, shared_mem, stream.raw_handle)
     launchers = _cache.launchers()
     entry = launchers.get(key)
@@ -121,6 +133,8 @@ def launch(device, name: str, grid: tuple, block: tuple, args: tuple, stream,
     if entry is None or not (entry[1]._alive[0] and stream._alive[0]) \
             or (entry[0] is not None and entry[0]() is not stream):
         k = kernel(device, name)
+        if shared_mem > _DEFAULT_DYNAMIC_SMEM:
+            _opt_in(k, shared_mem)
         prepare = getattr(k, "prepare", None)
         if prepare is None:
             k.launch(grid, block, *args, shared_mem=shared_mem, stream=stream)
@@ -135,6 +149,18 @@ def launch(device, name: str, grid: tuple, block: tuple, args: tuple, stream,
         while len(launchers) > _cache.MAX_LAUNCHERS:
             launchers.popitem(last=False)
     entry[2](*args)
+
+
+#: Dynamic shared memory every kernel may use without raising its limit.
+_DEFAULT_DYNAMIC_SMEM = 48 * 1024
+
+
+def _opt_in(k, shared_mem: int) -> None:
+    """Raise kernel ``k``'s limit of dynamic shared memory to ``shared_mem`` bytes, if lower
+    (under the cache's lock: launchers of several threads may be made at once)."""
+    with _cache.lock:
+        if k.max_dynamic_shared_size_bytes < shared_mem:
+            k.max_dynamic_shared_size_bytes = shared_mem
 
 
 def elementwise_grid(device, n: int) -> tuple[tuple, tuple]:

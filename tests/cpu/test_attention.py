@@ -17,7 +17,9 @@ from cudalibs.cudnn import _base
 from cudalibs.cudnn import _lib as T
 from cudalibs.cudnn import backend as G
 from cudalibs.cudnn.attention import lower as AG
+from cudalibs.cudnn.attention import masks as AM
 from cudalibs.cudnn.attention import plan as AP
+from cudalibs.cudnn.attention import serving as AS
 from cudalibs.runtime import front
 from cudalibs.runtime.options import SDPA_BACKWARD_LOWERINGS, SDPA_LOWERINGS
 from cudalibs.driver.array import DeviceArray
@@ -39,8 +41,25 @@ def _forget_fake_devices():
 
 
 # -- the references ---------------------------------------------------------------------------------
-def _naive(q, k, v, scale, causal=False, bias=None, lq=None, lk=None, keep=None, p=0.0):
-    """One query row at a time, with Python loops over every mask rule."""
+def _visible(i, j, n, s_q, s_kv, causal=False, window=None, lq=None, lk=None):
+    """Whether key ``j`` is visible to query ``i`` of batch entry ``n``, rule by rule."""
+    if lq is not None and (i >= lq[n] or j >= lk[n]):
+        return False
+    n_q = s_q if lq is None else lq[n]
+    n_kv = s_kv if lk is None else lk[n]
+    diag = i + (n_kv - n_q if causal == "bottom_right" else 0)   # the diagonal's key
+    left, right = window if window is not None else (None, None)
+    if causal:
+        right = 0
+    if right is not None and j > diag + right:
+        return False
+    return left is None or j >= diag - left
+
+
+def _naive(q, k, v, scale, causal=False, bias=None, lq=None, lk=None, keep=None, p=0.0,
+           window=None, slopes=None, cap=0.0):
+    """One query row at a time, with Python loops over every mask rule (and the variants:
+    the window, ALiBi ``slopes``, the softcap ``cap``)."""
     b, h_q, s_q, _ = q.shape
     h_kv, s_kv = k.shape[1], k.shape[2]
     o = np.zeros((b, h_q, s_q, v.shape[3]))
@@ -51,11 +70,15 @@ def _naive(q, k, v, scale, causal=False, bias=None, lq=None, lk=None, keep=None,
             continue
         scores, js = [], []
         for j in range(s_kv):
-            if (causal and j > i) or (lk is not None and j >= lk[n]):
+            if not _visible(i, j, n, s_q, s_kv, causal, window, lq, lk):
                 continue
             sc = float(np.dot(q[n, h, i], k[n, hk, j])) * scale
+            if cap:
+                sc = cap * np.tanh(sc / cap)
             if bias is not None:
                 sc += bias[min(n, bias.shape[0] - 1), min(h, bias.shape[1] - 1), i, j]
+            if slopes is not None:
+                sc += slopes[h] * (j - i)
             scores.append(sc)
             js.append(j)
         if not js:
@@ -118,8 +141,19 @@ def _loss(args, do, **kw):
 
 @pytest.mark.parametrize("kw", [{}, {"causal": True}, {"seq_lens_q": [4, 2],
                                                        "seq_lens_kv": [3, 7]},
-                                {"bias": "b"}, {"dropout": 0.25}],
-                         ids=["plain", "causal", "padding", "bias", "dropout"])
+                                {"bias": "b"}, {"dropout": 0.25},
+                                # the variants (tests/cpu/test_attention_variants.py)
+                                {"softcap": 1.2}, {"causal": True, "alibi": True},
+                                {"causal": True, "window": (2, None), "alibi": True,
+                                 "softcap": 0.8},
+                                {"causal": "bottom_right", "window": (1, None)},
+                                {"window": (1, 2)},
+                                {"causal": "bottom_right", "seq_lens_q": [4, 2],
+                                 "seq_lens_kv": [6, 7]},
+                                {"dropout": 0.25, "window": (3, 1), "softcap": 2.0}],
+                         ids=["plain", "causal", "padding", "bias", "dropout", "softcap",
+                              "alibi", "alibi+window+softcap", "bottom_right+window", "window",
+                              "bottom_right+padding", "dropout+window+softcap"])
 def test_backward_reference_matches_finite_differences(kw):
     rng = np.random.default_rng(7)
     q, k, v = _problem(rng)           # grouped-query: 4 query heads share 2 key/value heads
@@ -130,17 +164,27 @@ def test_backward_reference_matches_finite_differences(kw):
         kw["dropout_mask"] = (rng.random((2, 4, 5, 7)) > 0.25).astype(np.float64)
     do = rng.standard_normal((2, 4, 5, 3))
     grads = R.sdpa_backward(q, k, v, do, **kw)
-    eps = 1e-6
-    for which, g in enumerate(grads):
-        args = [q, k, v]
+    for g, num in zip(grads, _by_differences(kw, [q, k, v], do)):
+        np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)
+
+
+def _by_differences(kw, args, do, eps=1e-6):
+    """The gradients of ``sum(o * do)`` against each of ``args`` (``q, k, v`` and, when
+    given, the bias) by central differences of the reference forward with options ``kw``."""
+    def loss(vals):
+        return _loss(vals[:3], do, **kw, **({"bias": vals[3]} if len(vals) > 3 else {}))
+
+    out = []
+    for which in range(len(args)):
         num = np.zeros_like(args[which])
         for idx in np.ndindex(num.shape):
             plus = [a.copy() for a in args]
             minus = [a.copy() for a in args]
             plus[which][idx] += eps
             minus[which][idx] -= eps
-            num[idx] = (_loss(plus, do, **kw) - _loss(minus, do, **kw)) / (2 * eps)
-        np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)
+            num[idx] = (loss(plus) - loss(minus)) / (2 * eps)
+        out.append(num)
+    return out
 
 
 def test_reference_bad_input():
@@ -380,7 +424,8 @@ def test_one_shot_keys_name_their_fields():
     q = _fake((2, 4, 64, 64))
     key = (A.SDPA_KEY, 0, q.dtype, q.shape, q.strides, q.shape, q.strides, q.shape,
            q.strides, None, *A._common_key(None, None, True, None, None, 0.0, None), True,
-           SDPA_LOWERINGS, False, "env")
+           SDPA_LOWERINGS, False, "env", *AM.key("sdpa", True, None, False, None, None),
+           *AS.key_fields(None, None, None))
     A.SDPA_KEY.check(key)
     named = A.SDPA_KEY.named(key)
     assert named["causal"] is True and named["training"] is True and named["padding"] is False

@@ -101,6 +101,11 @@ def _csr_arrays():
             "shape": (4, 4)}
 
 
+def _moe_routing():
+    """The routing of 4 tokens' 2 choices to 3 experts, over fake arrays."""
+    return cl.kernels.MoeRouting(fake((4,), I32), fake((8,), I32), fake((8,), I32))
+
+
 def _csr():
     """A 4x4 CSR matrix over fake arrays (its construction makes no C call)."""
     return cl.cusparse.CSR(**_csr_arrays())
@@ -427,6 +432,35 @@ VALID = {
                                    "w": fake((2, 8, 16), dtypes.bfloat16)},
     "kernels.GroupedMM": lambda: {"x": fake((16, 8), dtypes.bfloat16), "offsets": fake((3,), I32),
                                   "w": fake((2, 8, 16), dtypes.bfloat16)},
+    "kernels.grouped_mm_wgrad": lambda: {"x": fake((16, 8), dtypes.bfloat16),
+                                         "dy": fake((16, 16), dtypes.bfloat16),
+                                         "offsets": fake((2,), I32)},
+    "kernels.GroupedMMWgrad": lambda: {"x": fake((16, 8), dtypes.bfloat16),
+                                       "dy": fake((16, 16), dtypes.bfloat16),
+                                       "offsets": fake((2,), I32)},
+    "kernels.grouped_mm_backward": lambda: {"x": fake((16, 8), dtypes.bfloat16),
+                                            "w": fake((2, 8, 16), dtypes.bfloat16),
+                                            "dy": fake((16, 16), dtypes.bfloat16),
+                                            "offsets": fake((3,), I32)},
+    "kernels.topk_softmax": lambda: {"logits": fake((4, 8)), "k": 2},
+    "kernels.topk_softmax_backward": lambda: {"logits": fake((4, 8)), "ids": fake((4, 2), I32),
+                                              "dweights": fake((4, 2))},
+    "kernels.moe_routing": lambda: {"ids": fake((4, 2), I32), "experts": 8},
+    "kernels.moe_permute": lambda: {"x": fake((4, 16)), "routing": _moe_routing()},
+    "kernels.moe_permute_backward": lambda: {"dx_sorted": fake((8, 16)), "k": 2,
+                                             "routing": _moe_routing()},
+    "kernels.moe_unpermute": lambda: {"y_sorted": fake((8, 16)), "routing": _moe_routing(),
+                                      "weights": fake((4, 2))},
+    "kernels.moe_unpermute_backward": lambda: {"dy": fake((4, 16)), "y_sorted": fake((8, 16)),
+                                               "routing": _moe_routing(),
+                                               "weights": fake((4, 2))},
+    "kernels.layer_norm": lambda: {"x": fake((4, 8)), "weight": fake((8,))},
+    "kernels.rms_norm": lambda: {"x": fake((4, 8)), "weight": fake((8,))},
+    "kernels.layer_norm_backward": lambda: {"dy": fake((4, 8)), "x": fake((4, 8)),
+                                            "weight": fake((8,)), "mean": fake((4, 1)),
+                                            "rstd": fake((4, 1))},
+    "kernels.rms_norm_backward": lambda: {"dy": fake((4, 8)), "x": fake((4, 8)),
+                                          "weight": fake((8,)), "rstd": fake((4,))},
     # methods of objects a machine without a GPU holds
     "DeviceArray#copy_": lambda: {"src": fake((4,))},
     "DeviceArray#fill": lambda: {"value": 1.0},

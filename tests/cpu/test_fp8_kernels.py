@@ -15,20 +15,18 @@ GPU.
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from cudalibs import dtypes, kernels
-from cudalibs import ptx as P
 from cudalibs.driver.array import DeviceArray
 from cudalibs.errors import ClosedError
 from cudalibs.runtime import ptxlib
 from cudalibs.testing import ref
 
+from host_cuda import compile_harness, run_harness
 from test_ptx import DEV0, DEV1, _FakeBuffer, _check_launch, fake
 
 E4M3, E5M2 = dtypes.float8_e4m3fn, dtypes.float8_e5m2
@@ -89,21 +87,11 @@ int main(int argc, char** argv) {
 def host_conversions(tmp_path_factory):
     """``run(float32 array) -> (e4m3 codes, e5m2 codes, decoded [256, 2])`` through fp8.cu's
     own conversion functions, compiled for the host."""
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        pytest.skip("nvcc is not on PATH: cannot compile fp8.cu's conversions for the host")
-    tmp = tmp_path_factory.mktemp("fp8_host")
-    (tmp / "harness.cu").write_text(_HARNESS)
-    exe = tmp / "harness"
-    proc = subprocess.run([nvcc, "-O2", "-std=c++17", "-arch=compute_75", f"-I{P.DIRECTORY}",
-                           str(tmp / "harness.cu"), "-o", str(exe)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tmp, exe = compile_harness(tmp_path_factory, "fp8_host", _HARNESS)
 
     def run(values):
         values.astype(np.float32).tofile(tmp / "in.bin")
-        subprocess.run([str(exe), str(tmp / "in.bin"), str(tmp / "out.bin"),
-                        str(tmp / "dec.bin")], check=True, timeout=300)
+        run_harness(exe, tmp / "in.bin", tmp / "out.bin", tmp / "dec.bin")
         codes = np.fromfile(tmp / "out.bin", np.uint8).reshape(-1, 2)
         return codes[:, 0], codes[:, 1], np.fromfile(tmp / "dec.bin", np.float32).reshape(256, 2)
 

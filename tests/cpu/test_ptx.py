@@ -1,7 +1,8 @@
 """The shipped kernel library (ptx/) and its wrappers, without a GPU.
 
 - Every committed .ptx matches its sources (sha256 in its header), declares PTX ISA <= 8.0 for
-  sm_75 with 64-bit addresses, and defines the entries cudalibs.kernels launches.
+  sm_75 (or the target cudalibs.ptx.TARGETS names: sm_80, sm_90a) with 64-bit addresses, and
+  defines the entries cudalibs.kernels launches.
 - The wheel ships every source and PTX as cudalibs/_ptx, where cudalibs.ptx finds them once
   installed; from a checkout it finds ptx/ itself.
 - ptxas assembles each file (proving the lowered .version is legal); with the same nvcc
@@ -198,7 +199,24 @@ def test_cuda_12_0_ptxas_assembles_each_file(stem):
     if not ptxas:
         pytest.skip("set CUDALIBS_PTXAS_12 to the ptxas of CUDA 12.0 to run this check")
     build.validate(_text(stem), ptxas=ptxas)
-    build.validate(_text(stem), ptxas=ptxas, arch="sm_90")
+    if P.arch_specific(stem):
+        # An sm_90a file holds wgmma: no other architecture can assemble it.
+        with pytest.raises(RuntimeError, match="ptxas -arch=sm_90 rejected"):
+            build.validate(_text(stem), ptxas=ptxas, arch="sm_90")
+    else:
+        build.validate(_text(stem), ptxas=ptxas, arch="sm_90")
+
+
+def test_validation_reads_an_arch_specific_target():
+    """ptxas is run for the file's own target, "a" suffix included (sm_90a, not sm_75)."""
+    ptxas = _tool("ptxas")
+    if not ptxas:
+        pytest.skip("ptxas is not on PATH")
+    body = (".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n"
+            " wgmma.fence.sync.aligned;\n ret;\n}\n")
+    build.validate(body, ptxas=ptxas)
+    with pytest.raises(RuntimeError, match="ptxas -arch=sm_90 rejected"):
+        build.validate(body, ptxas=ptxas, arch="sm_90")
 
 
 def test_ptxas_rejects_an_instruction_newer_than_the_declared_version():

@@ -2,13 +2,15 @@
 model in PyTorch (same initial weights, same batches, the same precision choices: bfloat16
 activations and weights, float32 layer norms and master weights, AdamW on the masters), and
 its graph-replayed training step against the eager one.  torch appears only here, never in
-the example.
+the example (and only the comparison with it needs torch).  The ``--fp8`` mode (fp8 forward
+GEMMs with delayed scaling) against the bfloat16 run from the same seed, eager and replayed.
+The ``--moe`` mode (mixture-of-experts MLPs): one step's loss and every gradient against the
+float64 numpy model of ``_transformer_ref`` (the dense model's too), eager against replayed
+over 30 steps, the captured step replayed on batches that route differently against eager
+steps from the same state, and training to the example's target (``-k moe`` selects them).
 """
 
-import importlib.util
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,11 +19,16 @@ from hypothesis import strategies as st
 
 import cudalibs as cl
 
+from . import _transformer_ref as R
 from ._sizes import gpu_settings
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch (the reference) is not "
+                                 "installed")
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5
 #: Relative agreement of each step's loss, and of each parameter (norm-wise), with PyTorch:
 #: bfloat16 activations round differently in the two (cuDNN's and PyTorch's attention and
@@ -48,16 +55,7 @@ UPDATE_RTOL = {"matrix": 0.10, "vector": 0.20, "all": 0.08}
 FEW = gpu_settings(2)
 
 
-def _load_example():
-    spec = importlib.util.spec_from_file_location("transformer_train",
-                                                  ROOT / "examples" / "transformer_train.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod        # dataclasses look their module up while it loads
-    spec.loader.exec_module(mod)
-    return mod
-
-
-E = _load_example()
+E = R.load_example()
 #: The default model without the learning-rate warm-up, so that five steps move every weight
 #: matrix by about 6 % of its norm (three times the tolerance; the example's warm-up would
 #: move it by 1.5 %), at a quarter of the example's peak rate: AdamW moves each element by
@@ -143,6 +141,7 @@ def _rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@needs_torch
 @FEW
 @given(seed=st.integers(0, 2**16))
 def test_matches_torch(seed):
@@ -207,3 +206,294 @@ def test_bad_batch_raises():
     ids = cl.zeros((CFG.batch, CFG.seq + 2), np.int32, stream=model.stream)
     with pytest.raises(ValueError, match="ids must be int32"):
         E.train_step(model, ids, ids)
+
+
+# -- fp8 forward GEMMs ------------------------------------------------------------------------
+#: Steps of the fp8-against-bfloat16 runs (the default configuration: the first 60 steps of
+#: the default 400-step run, 10 past the warm-up), and the window of their closing mean loss.
+FP8_STEPS, FP8_TAIL = 60, 10
+#: fp8 eager against fp8 graph-replayed: the first loss (one eager step in both) bitwise,
+#: the first 10 losses relatively within FP8_GRAPH_RTOL (as for bfloat16 they come out equal
+#: in practice; the atomic embedding scatter-add may change last bits, which fp8 rounding can
+#: widen), the closing means within FP8_GRAPH_TAIL_RTOL.
+FP8_GRAPH_RTOL, FP8_GRAPH_TAIL_RTOL = 1e-4, 1e-2
+
+
+def _need_fp8():
+    cc = tuple(cl.current_device().compute_capability)
+    if cc < (8, 9):
+        pytest.skip(f"fp8 GEMMs need compute capability >= 8.9 (this GPU: {cc[0]}.{cc[1]})")
+
+
+def test_fp8_tracks_bf16_eager_and_graph():
+    """``Config(fp8=True)`` trains like the bfloat16 model from the same seed: the mean loss
+    of steps 51-60 within the example's ``--compare`` bound (:func:`fp8_agrees`), eager and
+    with the whole step (scale update included) replayed as a CUDA graph; the eager and
+    replayed fp8 runs agree; the scales end finite and derived from the amaxes."""
+    _need_fp8()
+    cfg = E.Config()
+    runs = {}
+    for fp8 in (False, True):
+        for graph in (False, True):
+            model = E.build(replace(cfg, fp8=fp8), 0)
+            assert (model.fp8 is None) != fp8
+            result = E.train(model, FP8_STEPS, graph=graph, seed=0, log=lambda _: None)
+            if graph:
+                assert result["step_graph"].replays == FP8_STEPS - 1
+            runs[fp8, graph] = (model, result["losses"])
+    tails = {k: float(np.mean(v[1][-FP8_TAIL:])) for k, v in runs.items()}
+    for (fp8, graph), (_, losses) in runs.items():
+        print("fp8" if fp8 else "bf16", "graph" if graph else "eager", "losses",
+              np.round(losses[::5], 4).tolist(), f"tail mean {tails[fp8, graph]:.4f}")
+        assert np.isfinite(losses).all()
+    # The first loss is that of the initial weights: fp8 rounding moves it a little only.
+    assert runs[True, False][1][0] == pytest.approx(runs[False, False][1][0], rel=1e-2)
+    for graph in (False, True):
+        fp8_tail, bf16_tail = tails[True, graph], tails[False, graph]
+        assert E.fp8_agrees(fp8_tail, bf16_tail), (
+            f"{'graph' if graph else 'eager'}: fp8 tail {fp8_tail:.4f} vs bfloat16 "
+            f"{bf16_tail:.4f}, allowed {E.FP8_RTOL} x bfloat16's + {E.FP8_ATOL}")
+    le, lg = runs[True, False][1], runs[True, True][1]
+    print("fp8 eager vs graph: bitwise equal", bool((le == lg).all()), "max rel",
+          float(np.max(np.abs(le - lg) / le)))
+    assert le[0] == lg[0]
+    np.testing.assert_allclose(lg[:10], le[:10], rtol=FP8_GRAPH_RTOL, atol=0)
+    assert tails[True, True] == pytest.approx(tails[True, False], rel=FP8_GRAPH_TAIL_RTOL)
+    # The delayed scaling ran: every weight's scale is 448 / the largest amax of the last
+    # 16 steps, which is near the weight's current max |w| (AdamW moves each element by
+    # about lr per step).
+    for graph in (False, True):
+        model = runs[True, graph][0]
+        scales = model.fp8.host_scales(model.stream)
+        params = model.host_params()
+        assert all(np.isfinite(v) and v > 0 for v in scales.values()), scales
+        for name, scale in scales.items():
+            if name.endswith(".w"):
+                ref = E.E4M3_MAX / float(np.abs(params[name]).max())
+                assert 0.5 * ref <= scale <= 1.1 * ref, (name, scale, ref)
+            else:
+                assert scale != 1.0, name   # derived from an amax, not the initial 1
+
+
+def test_fp8_refused_for_data_parallel():
+    with pytest.raises(ValueError, match="fp8 is not implemented for data-parallel"):
+        E.dp_replica(None, replace(CFG, fp8=True))
+
+
+# -- mixture of experts -----------------------------------------------------------------------
+#: The models of the one-step reference tests: 64 tokens, two blocks of width 32; the MoE one
+#: with 8 experts of width 96 / topk (topk 1, 2 or 3).
+TINY = replace(E.Config(), vocab=16, seq=16, d_model=32, heads=2, layers=2, ffn=96, batch=4,
+               warmup=1)
+#: The routers' initial weights times this: logits spread over about one unit (std 1.1), so
+#: that the routing weights are far from uniform and their gradients matter.
+ROUTER_SCALE = 10.0
+#: The device's top-k choice must be the reference's for every token whose k-th and (k+1)-th
+#: router logits are further apart than this.  The bfloat16 emulation (below) puts the
+#: logits within 0.022 of float64's; closer calls may go either way (it broke 21 of 9,216
+#: token-block ties the other way, all within 0.1), and the reference then follows the
+#: device's routing (``R.step(routing=...)``).
+ROUTE_MARGIN = 0.1
+#: One step against the float64 reference: the loss, the load-balancing losses, and every
+#: gradient norm-wise (relative to the reference's norm), matrices and vectors (biases and
+#: layer norms, 32 to 96 elements).  Basis: the reference with bfloat16 rounding where the
+#: example rounds (``R.bf16``) against float64, following the emulation's routing, TINY with
+#: seeds 100-123, dense and topk 1, 2, 3: loss within 8.0e-5, aux 4.8e-4, matrices' gradients
+#: 0.0077 (the experts' 0.0076), vectors' 0.0121 -- the bounds leave 2.5-3 times that for
+#: what the emulation leaves out (cuDNN's attention rounds its probabilities to bfloat16,
+#: cuBLASLt's GELU epilogue works on the unrounded product); a wrong expert, weight or
+#: routing gradient is off by O(1).
+STEP_LOSS_RTOL, STEP_AUX_RTOL = 1e-3, 5e-3
+STEP_GRAD_RTOL = {"matrix": 2e-2, "vector": 4e-2}
+#: The default model with ``--moe`` (8 experts of width 256, top 2).
+MOE_CFG = replace(E.Config(), moe=True)
+#: Eager against graph-replayed MoE training: steps, and the relative agreement of the first
+#: 10 losses after the first (which must be bitwise equal) and of all of them.  As for the
+#: dense model they come out bitwise equal in practice -- the MoE kernels are deterministic
+#: --, but the token-embedding gradient's atomic scatter-add may change last bits, and then a
+#: token whose router logits are within those bits of a tie may go to another expert: a
+#: discrete change of one token's MLP output among 2,048, some 1e-4 of the mean loss, which
+#: later steps may carry on and widen.
+MOE_GRAPH_STEPS, MOE_GRAPH_RTOL = 30, (1e-3, 1e-2)
+
+MOE_FEW = gpu_settings(4)
+
+
+def _scaled_router(cfg, seed):
+    host = E.init_params(cfg, seed)
+    return {k: v * np.float32(ROUTER_SCALE) if k.endswith("router.w") else v
+            for k, v in host.items()}
+
+
+def _device_step(cfg, host, ids, targets):
+    """One forward and backward (no update) of the example's model from weights ``host``:
+    ``(loss, grads, routing, counts, aux)``; the last three per MoE block (the experts of
+    each token, rows per expert, the load-balancing loss; None for the dense model).  The
+    gradients and statistics are poisoned with NaN first, so that one not written shows."""
+    model = E.Transformer(cfg, host)
+    s = model.stream
+    for g in model.grads.values():
+        g.fill(np.nan, stream=s)
+    if model.moe is not None:
+        model.moe.counts.fill(np.nan, stream=s)
+        model.moe.aux.fill(np.nan, stream=s)
+    d_ids, d_tg = cl.to_device(ids, stream=s), cl.to_device(targets, stream=s)
+    with s:
+        ce, logits, saved = E.forward(model, d_ids, d_tg)
+        E.backward(model, d_ids, d_tg, ce, logits, saved)
+    loss = float(ce.loss.get(stream=s).reshape(-1)[0])
+    grads = {k: v.get(stream=s).astype(np.float64) for k, v in model.grads.items()}
+    if model.moe is None:
+        return loss, grads, None, None, None
+    routing = [layer[-1][2].get(stream=s) for layer in saved[0]]
+    return (loss, grads, routing, model.moe.counts.get(stream=s),
+            model.moe.aux.get(stream=s))
+
+
+def _check_one_step(cfg, seed):
+    host = _scaled_router(cfg, seed)
+    ids, tg = E.make_batch(np.random.default_rng(seed), cfg)
+    loss, grads, routing, counts, aux = _device_step(cfg, host, ids, tg)
+    ref = R.step(cfg, R.read_weights(host), ids, tg, routing=routing)
+    print("loss", loss, "reference", ref.loss)
+    if cfg.moe:
+        for i, (got, logits) in enumerate(zip(routing, ref.logits)):
+            assert got.shape == (cfg.tokens, cfg.topk) and got.dtype == np.int32
+            own, margins = R.top_k(logits, cfg.topk)
+            same = (np.sort(got, axis=1) == np.sort(own, axis=1)).all(axis=1)
+            clear = margins > ROUTE_MARGIN
+            print(f"block {i}: {int((~clear).sum())} near ties, {int((~same).sum())} routed "
+                  f"otherwise; rows per expert {counts[i].tolist()}, aux {aux[i]:.5f}")
+            assert same[clear].all(), (
+                f"block {i}: tokens {np.flatnonzero(clear & ~same).tolist()} routed to "
+                f"{got[clear & ~same].tolist()}, the reference's top-{cfg.topk} is "
+                f"{own[clear & ~same].tolist()}")
+        np.testing.assert_array_equal(counts, np.stack(ref.counts))
+        np.testing.assert_allclose(aux, ref.aux, rtol=STEP_AUX_RTOL)
+    assert loss == pytest.approx(ref.loss, rel=STEP_LOSS_RTOL)
+    assert set(grads) == set(ref.grads) == set(E.param_shapes(cfg))
+    worst = sorted(((_rel(grads[k], ref.grads[k]), k) for k in grads), reverse=True)
+    print("gradients, worst relative differences:", worst[:5])
+    bad = [(k, r) for r, k in worst
+           if not r <= STEP_GRAD_RTOL["matrix" if grads[k].ndim > 1 else "vector"]]
+    assert not bad, f"gradients differ from the float64 reference's: {bad}"
+    c = cfg.d_model
+    for i in range(cfg.layers):
+        assert (grads[f"h{i}.qkv.b"][c:2 * c] == 0).all()
+
+
+@MOE_FEW
+@given(seed=st.integers(0, 2**16), topk=st.sampled_from([1, 2, 3]))
+def test_moe_step_matches_numpy_reference(seed, topk):
+    """The MoE model's loss, load-balancing losses, routing and every gradient of one step
+    against the float64 model (top-1 unrenormalised, top-2 and top-3 renormalised)."""
+    _check_one_step(replace(TINY, moe=True, experts=8, topk=topk), seed)
+
+
+@FEW
+@given(seed=st.integers(0, 2**16))
+def test_dense_step_matches_numpy_reference(seed):
+    """The same reference for the dense model: what the MoE test adds is the MoE MLP."""
+    _check_one_step(TINY, seed)
+
+
+def test_moe_graph_matches_eager():
+    """30 steps of the default MoE model, eager and with the whole step replayed as a CUDA
+    graph (routing, grouped GEMMs and load-balancing loss included): the same losses, and
+    the routing statistics written by every replay."""
+    runs = {}
+    for graph in (False, True):
+        model = E.build(MOE_CFG, 0)
+        assert model.moe is not None and len(model.groups) == 2
+        runs[graph] = model, E.train(model, MOE_GRAPH_STEPS, graph=graph, seed=0, log=print)
+    le, lg = runs[False][1]["losses"], runs[True][1]["losses"]
+    print("eager", np.round(le, 5).tolist(), "graph", np.round(lg, 5).tolist(),
+          "bitwise equal:", bool((le == lg).all()), "max rel",
+          float(np.max(np.abs(le - lg) / le)))
+    assert runs[True][1]["step_graph"].replays == MOE_GRAPH_STEPS - 1
+    assert np.isfinite(le).all() and np.isfinite(lg).all()
+    assert le[0] == lg[0]
+    np.testing.assert_allclose(lg[:10], le[:10], rtol=MOE_GRAPH_RTOL[0], atol=0)
+    np.testing.assert_allclose(lg, le, rtol=MOE_GRAPH_RTOL[1], atol=0)
+    routed = MOE_CFG.tokens * MOE_CFG.topk
+    for graph, (model, _) in runs.items():
+        counts = model.moe.counts.get(stream=model.stream)
+        aux = model.moe.aux.get(stream=model.stream)
+        print("graph" if graph else "eager", "rows per expert", counts.tolist(), "aux",
+              aux.tolist())
+        assert (counts.sum(axis=1) == routed).all()
+        # Switch's loss is its coefficient for balanced routing, E times that when every
+        # token goes to one expert.
+        assert ((aux >= MOE_CFG.moe_aux / 2) & (aux <= MOE_CFG.moe_aux * 8)).all()
+
+
+def test_moe_replay_routes_each_batch():
+    """The captured step replayed on batches that route differently gives what an eager
+    step from the same state gives: the same loss, rows per expert and load-balancing loss
+    (bitwise: the forward is deterministic), gradients and updated weights.  The batches are
+    replayed in the opposite order to the eager steps, so that nothing of one batch's routing
+    can carry over unseen."""
+    model = E.build(MOE_CFG, 0)
+    s = model.stream
+    n = 4
+    batches = [(cl.to_device(i, stream=s), cl.to_device(t, stream=s))
+               for i, t in E.make_batches(MOE_CFG, n + 1, seed=7)]
+    # The warm-up, an eager step on batch 0, moves the weights off their initial values.
+    step = cl.StepGraph(lambda a, b: E.train_step(model, a, b), *batches[0], stream=s)
+    state = model.state()
+    snapshot = [cl.empty_like(a, stream=s).copy_(a, stream=s) for a in state]
+
+    def from_snapshot(run):
+        for a, b in zip(state, snapshot):
+            a.copy_(b, stream=s)
+        loss = run()
+        return {"loss": loss.get(stream=s).reshape(-1)[0],
+                "counts": model.moe.counts.get(stream=s),
+                "aux": model.moe.aux.get(stream=s),
+                "grads": {k: g.get(stream=s).astype(np.float64)
+                          for k, g in model.grads.items()},
+                "params": model.host_params()}
+
+    order = list(range(1, n + 1))
+    eager = {j: from_snapshot(lambda: E.train_step(model, *batches[j])) for j in order}
+    replayed = {j: from_snapshot(lambda: step(*batches[j])) for j in reversed(order)}
+    assert step.replays == n
+    assert len({eager[j]["counts"].tobytes() for j in order}) == n, \
+        "the batches should route differently"
+    for j in order:
+        e, r = eager[j], replayed[j]
+        print(f"batch {j}: loss {e['loss']:.5f} rows per expert {e['counts'].tolist()}")
+        assert r["loss"] == e["loss"], (j, r["loss"], e["loss"])
+        np.testing.assert_array_equal(r["counts"], e["counts"])
+        np.testing.assert_array_equal(r["aux"], e["aux"])
+        worst = max((_rel(r["grads"][k], e["grads"][k]), k) for k in e["grads"])
+        moved = max((_rel(r["params"][k], e["params"][k]), k) for k in e["params"])
+        print(f"batch {j}: gradients, worst relative difference {worst}; weights {moved}")
+        assert worst[0] <= 1e-4 and moved[0] <= 1e-5
+
+
+def test_moe_reaches_target_loss():
+    """The default MoE model trained as ``--moe --graph`` reaches the example's target, with
+    balanced routing at the end: every expert within half to one and a half times its fair
+    share of rows, the load-balancing loss near its minimum (its coefficient per block).
+    Basis: the bfloat16 emulation (``python -m tests.gpu._transformer_ref``, seed 0): mean
+    loss of the last 20 steps 0.00093, 460 to 590 rows per expert (fair share 512), the two
+    blocks' load-balancing losses 0.0201 together."""
+    model = E.build(MOE_CFG, 0)
+    result = E.train(model, 400, graph=True, seed=0, log=print)
+    tail = float(np.mean(result["losses"][-E.TARGET_WINDOW:]))
+    assert tail < E.TARGET_LOSS, tail
+    fewest, most, aux = model.moe.summary(model.stream)
+    fair = MOE_CFG.tokens * MOE_CFG.topk / MOE_CFG.experts
+    assert 0.5 * fair <= fewest and most <= 1.5 * fair, (fewest, most, fair)
+    assert aux <= 1.25 * MOE_CFG.moe_aux * MOE_CFG.layers, aux
+
+
+def test_moe_main_compares_with_dense(capsys):
+    """``--moe --compare --graph``: the command line trains both models, prints the routing
+    statistics at its progress lines, and the two agree (exit status 0)."""
+    rc = E.main(["--moe", "--compare", "--graph", "--every", "100"])
+    out = capsys.readouterr().out
+    print(out)
+    assert "tokens per expert min" in out and "MoE MLPs of 8 experts" in out
+    assert rc == 0 and "): agree" in out

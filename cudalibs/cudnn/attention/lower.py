@@ -15,6 +15,11 @@ Two lowerings of each direction:
         P = P * bernoulli(1 - p) / (1 - p)        dropout: rng, mul, mul
         O = P @ V                                  matmul
 
+    The variants (:mod:`.masks`) add their pieces in place: softcap after the scale, ALiBi
+    after the bias, a bottom-right diagonal or a sliding window in the causal mask's place,
+    and in the backward the bias gradient (a sum reduction of ``dS``, in the lowering
+    ``"composite_dp"`` only) and the softcap's derivative before the scale.
+
     Backward (``D`` the row sums of ``dO * O``)::
 
         P  = exp(S - stats) [* mask / (1 - p)]    S recomputed as above
@@ -27,7 +32,12 @@ Two lowerings of each direction:
 *unified*
     The single ``SDPA_FWD`` / ``SDPA_BWD`` operations (cuDNN 9.13.1 and later), for the plain
     problem and padding only: in the loaded 9.19 they take neither a causal mask nor bias nor
-    dropout.
+    dropout, nor any variant of :mod:`.masks`.
+
+The serving options (:mod:`.serving`) change how the operands are read, in both lowerings: a
+paged cache's ``K^T`` and ``V`` are the virtual outputs of ``PAGED_CACHE_LOAD`` operations on
+the page pools (the SDPA operation takes the page tables itself), and the tensors of a packed
+side carry ragged offsets (so does the ``K`` the backward's ``dQ`` matmul reads).
 
 *fp8* (:func:`fp8_forward_graph`, :func:`fp8_backward_graph`)
     The composite graphs on float8 operands with per-tensor scaling, the way cuDNN's frontend
@@ -67,6 +77,8 @@ import numpy as np
 from .. import _lib as T
 from .. import backend as _g
 from .._base import version
+from . import masks as _mk
+from . import serving as _sv
 
 __all__ = ["Spec", "Fp8", "Lowered", "UIDS", "SLOTS", "FP8_SCALES", "FP8_AMAX",
            "forward_graph", "backward_graph", "backward_graph_dp",
@@ -83,7 +95,10 @@ UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "stats": 5, "bias": 6, "seq_q": 7, "seq_
         "descale_q": 30, "descale_k": 31, "descale_v": 32, "descale_o": 33, "descale_do": 34,
         "descale_s": 35, "descale_dp": 36, "scale_s": 37, "scale_o": 38, "scale_dq": 39,
         "scale_dk": 40, "scale_dv": 41, "scale_dp": 42, "amax_s": 43, "amax_o": 44,
-        "amax_dq": 45, "amax_dk": 46, "amax_dv": 47, "amax_dp": 48}
+        "amax_dq": 45, "amax_dk": 46, "amax_dv": 47, "amax_dp": 48,
+        # the variants (masks.py): ALiBi slopes, the bias gradient, their by-value scalars
+        "alibi_slopes": 60, "dbias": 61, "softcap": 62, "window_left": 63,
+        "window_right": 64, "band_s_q": 65, "band_s_kv": 66}
 #: The fp8 graphs' scale inputs and amax outputs, by direction (the order the calls take them).
 FP8_SCALES = {"forward": ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s",
                           "scale_o"),
@@ -93,6 +108,7 @@ FP8_SCALES = {"forward": ("descale_q", "descale_k", "descale_v", "descale_s", "s
 FP8_AMAX = {"forward": ("amax_s", "amax_o"),
             "backward": ("amax_dq", "amax_dk", "amax_dv", "amax_dp")}
 #: Slot names in unique-id order (the order a call's pointers are gathered in).
+UIDS.update(_sv.UIDS)        # page tables and ragged offsets
 SLOTS = tuple(sorted(UIDS, key=UIDS.get))
 _FIRST_VIRTUAL = 100
 #: The masking value of the composite graphs (cuDNN >= 9.10 prefers a true -inf).
@@ -145,6 +161,17 @@ class Spec(NamedTuple):
     dk_strides: tuple = ()
     dv_strides: tuple = ()
     fp8: Fp8 | None = None      # float8 operands with per-tensor scaling (the fp8 graphs)
+    # the variants (see masks.py)
+    bottom_right: bool = False  # the causal diagonal ends at the last key (s_kv - s_q)
+    window: tuple | None = None  # (left, right) sliding window, None for an open side
+    alibi: bool = False         # ALiBi: slopes[h] * (j - i) added to the scores
+    softcap: float = 0.0        # scores -> c * tanh(scores / c) (0: none)
+    dbias: tuple | None = None  # element strides of the bias gradient the backward writes
+    # serving (see serving.py): k and v as page pools read through page tables (k_strides and
+    # v_strides are then the pools'), and packed sides read through ragged offsets (q_strides
+    # ... are then the logical [b, h, s, d] ones: batch stride s * token stride)
+    paged: _sv.PagedLayout | None = None
+    ragged: _sv.RaggedLayout | None = None
 
 
 class Lowered(NamedTuple):
@@ -205,7 +232,8 @@ class _Builder:
     def io(self, slot, dtype, dims, strides):
         t = self.bound.get(slot)
         if t is None:
-            t = self.bound[slot] = _g.tensor(UIDS[slot], dtype, dims, strides, alignment=_ALIGN)
+            t = self.bound[slot] = _g.tensor(UIDS[slot], dtype, dims, strides, alignment=_ALIGN,
+                                             ragged_offset=_sv.ragged_offset(self, slot))
         return t
 
     def value(self, slot, v, dtype=np.float32):
@@ -223,11 +251,11 @@ class _Builder:
         """A float32 device scalar ``[1, 1, 1, 1]`` (an fp8 scale, or an amax written)."""
         return self.io(slot, np.float32, (1, 1, 1, 1), (1, 1, 1, 1))
 
-    def virt(self, dims, strides=None, dtype=_F32):
+    def virt(self, dims, strides=None, dtype=_F32, ragged_offset=None):
         uid = self.next_uid
         self.next_uid += 1
         return _g.tensor(uid, dtype, dims, strides or _packed(dims), alignment=_ALIGN,
-                         virtual=True)
+                         virtual=True, ragged_offset=ragged_offset)
 
     # -- operations ---------------------------------------------------------------------------
     def pw(self, mode, x, b=None, t=None, *, dims=None, out=None, compute=_F32,
@@ -257,8 +285,8 @@ class _Builder:
         """``slot = max |x|`` over every element: the scale statistic of fp8 training."""
         return self.reduce("amax", x, out=self.scalar(slot))
 
-    def reshape(self, x, dims, strides, dtype):
-        out = self.virt(dims, strides, dtype)
+    def reshape(self, x, dims, strides, dtype, ragged_offset=None):
+        out = self.virt(dims, strides, dtype, ragged_offset)
         self.ops.append(_g.reshape_operation(x, out))
         return out
 
@@ -291,12 +319,22 @@ class _Builder:
         return mask
 
     def qkt(self):
-        """The ``q`` and ``k^T`` tensors (``k`` read transposed through swapped strides)."""
+        """The ``q`` and ``k^T`` tensors (``k`` read transposed through swapped strides, or
+        gathered from its pages)."""
         s = self.spec
         kst = s.k_strides
-        return (self.io("q", s.dtype, (s.b, s.h_q, s.s_q, s.d), s.q_strides),
-                self.io("k", s.dtype, (s.b, s.h_kv, s.d, s.s_kv),
-                        (kst[0], kst[1], kst[3], kst[2])))
+        q = self.io("q", s.dtype, (s.b, s.h_q, s.s_q, s.d), s.q_strides)
+        if s.paged is not None:
+            return q, _sv.paged_keys(self)
+        return q, self.io("k", s.dtype, (s.b, s.h_kv, s.d, s.s_kv),
+                          (kst[0], kst[1], kst[3], kst[2]))
+
+    def values(self):
+        """The ``v`` tensor ``[b, h_kv, s_kv, d_v]`` (or gathered from its pages)."""
+        s = self.spec
+        if s.paged is not None:
+            return _sv.paged_values(self)
+        return self.io("v", s.dtype, (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides)
 
     def row_dot(self, do, o):
         """``rowsum(dO * O)``, ``[b, h_q, s_q, 1]`` in float32 (before any factor)."""
@@ -316,9 +354,11 @@ class _Builder:
         x = self.pw("mul", x, self.value("scale", s.scale), dims=dims)
         for t in descales:
             x = self.pw("mul", x, t, dims=dims)
+        x = _mk.softcap(self, x)
         if s.bias is not None:
             shape, strides = s.bias
             x = self.pw("add", x, self.io("bias", s.dtype, shape, strides), dims=dims)
+        x = _mk.alibi(self, x)
         if s.padding:
             i32, boolean = np.dtype(np.int32), np.dtype(np.bool_)
             row = self.pw("gen_index", x, dims=dims, compute=i32, out_dtype=i32, axis=2)
@@ -363,12 +403,11 @@ def forward_graph(spec: Spec, handle=None) -> Lowered:
     s = spec
     B = _Builder(s)
     q, kt = B.qkt()
-    v = B.io("v", s.dtype, (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides)
+    v = B.values()
     o = B.io("o", s.dtype, (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)
     seq_q, seq_kv = B.seq_lens()
     x = B.scores(q, kt, seq_q, seq_kv, padded_matmul=True)
-    if s.causal:
-        x = B.causal(x)
+    x = _mk.band(B, x, seq_q, seq_kv)
     dims = (s.b, s.h_q, s.s_q, s.s_kv)
     last = s.dropout == 0.0
     p = B.softmax(x, s.dtype if last else _F32)
@@ -386,9 +425,15 @@ def backward_graph(spec: Spec, handle=None, *, dq_accumulator: bool = True) -> L
     ``dq_accumulator`` False writes ``dQ = dS @ K`` straight into ``dq``, without the float32
     accumulator: the form cuDNN serves with kernels that keep ``dP`` in a workspace of
     ``b * h_q * s_q * s_kv`` half-precision values instead of accumulating ``dQ`` atomically
-    (lowering ``"composite_dp"``).
+    (lowering ``"composite_dp"``).  The bias gradient comes only from that form: with the
+    accumulator this raises :class:`~cudalibs.cudnn.backend.NoGraph` before any library call
+    (:func:`.masks.accumulator_misses`).
     """
     s = spec
+    if dq_accumulator:
+        why = _mk.accumulator_misses(s)
+        if why is not None:
+            raise _g.NoGraph(why)
     B = _Builder(s)
     dt = s.dtype
     q, kt = B.qkt()
@@ -418,8 +463,7 @@ def backward_graph(spec: Spec, handle=None, *, dq_accumulator: bool = True) -> L
     # P recomputed from the statistics
     x = B.scores(q, kt, seq_q, seq_kv, padded_matmul=False)
     x = B.pw("sub", x, stats, dims=dims)
-    if s.causal:
-        x = B.causal(x)
+    x = _mk.band(B, x, seq_q, seq_kv)
     exp_s = B.pw("exp", x, dims=dims)
     p = exp_s
     if drop:
@@ -436,12 +480,13 @@ def backward_graph(spec: Spec, handle=None, *, dq_accumulator: bool = True) -> L
     ds = B.pw("mul", ds, exp_s, dims=dims)
     if drop:
         ds = B.pw("mul", ds, B.value("drop_scale", 1.0 / (1.0 - s.dropout)), dims=dims)
+    ds = _mk.score_backward(B, ds)
     ds = B.pw("mul", ds, B.value("scale", s.scale), dims=dims)
     dst = B.reshape(ds, dims_t, strides_t, dt)
     _head_sum(B, dst, q, dk, (s.b, s.h_q, s.s_kv, s.d), seq_kv, seq_q)
 
     # dQ = dS @ K, accumulated in float32 (or directly)
-    k = B.reshape(kt, (s.b, s.h_kv, s.s_kv, s.d), tuple(kst), dt)
+    k = B.reshape(kt, (s.b, s.h_kv, s.s_kv, s.d), tuple(kst), dt, _sv.ragged_offset(B, "k"))
     if not dq_accumulator:
         B.mm(ds, k, out=dq, m=seq_q, k=seq_kv)
         return B.finish("composite_dp", handle)
@@ -476,9 +521,13 @@ def unified_applies(spec: Spec) -> str | None:
     """Why the single SDPA operation cannot express ``spec`` (None when it can)."""
     if version() < (9, 13, 1):
         return f"the SDPA operations need cuDNN 9.13.1 (loaded: {_version_text()})"
+    serving = _sv.unified_reason(spec)
+    if serving is not None:
+        return serving
     why = [w for w, bad in (("causal mask", spec.causal), ("bias", spec.bias is not None),
                             ("dropout", spec.dropout > 0.0),
                             ("dumped dropout mask", spec.dump_mask)) if bad]
+    why += _mk.unified_misses(spec)
     if why:
         return f"cuDNN {_version_text()}'s SDPA operations take no {' or '.join(why)}"
     return None
@@ -487,8 +536,8 @@ def unified_applies(spec: Spec) -> str | None:
 def _unified_common(B: _Builder, s: Spec):
     dt = s.dtype
     q = B.io("q", dt, (s.b, s.h_q, s.s_q, s.d), s.q_strides)
-    k = B.io("k", dt, (s.b, s.h_kv, s.s_kv, s.d), s.k_strides)
-    v = B.io("v", dt, (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides)
+    k = B.io("k", dt, _sv.kv_dims(s, "k"), s.k_strides)      # a page pool when paged
+    v = B.io("v", dt, _sv.kv_dims(s, "v"), s.v_strides)
     o = B.io("o", dt, (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)
     return q, k, v, o, B.value("scale", s.scale)
 
@@ -507,6 +556,7 @@ def unified_forward_graph(spec: Spec, handle=None) -> Lowered:
     if s.stats:
         stats = B.io("stats", np.float32, (s.b, s.h_q, s.s_q, 1), stats_strides(s))
         attrs.append((T.CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, D, stats))
+    attrs += _sv.unified_paged_attrs(B)
     return _unified_finish(B, T.CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, attrs,
                            T.CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC,
                            T.CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, handle)

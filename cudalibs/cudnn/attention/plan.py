@@ -31,6 +31,8 @@ from .._base import last_error_string, raise_for, version, version_int
 from ..handle import handle_for, workspace
 from ..handle import workspace_limit as _default_limit
 from . import lower as _ag
+from . import masks as _mk
+from . import serving as _sv
 
 __all__ = ["SdpaPlanBase", "Run", "MAX_HEAD_DIM", "MAX_HEAD_DIM_BACKWARD", "ALIGN", "F32",
            "check_qkv", "check_arch", "check_dropout", "elem_strides", "same_steps",
@@ -218,7 +220,7 @@ def problem_text(s: _ag.Spec) -> str:
     dims = f"d{s.d}" if s.d == s.d_v else f"d{s.d} dv{s.d_v}"
     opts = [n for n, on in (("causal", s.causal), ("bias", s.bias is not None),
                             ("padding", s.padding), (f"dropout {s.dropout:g}", s.dropout))
-            if on]
+            if on] + _mk.describe(s) + _sv.problem_opts(s)
     if s.fp8 is not None:       # the fp8 problems' other types: o [, dO, gradients]
         opts.append(f"o {s.fp8.o}" + (f", do {s.fp8.do}, grads {s.fp8.dq}" if s.backward
                                        else ""))
@@ -234,21 +236,21 @@ def forward_operands(s: _ag.Spec) -> list:
              ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides)]
     if s.stats:
         specs.append(("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)))
-    return specs
+    return _sv.physical(s, specs)       # packed tensors and page pools as a call passes them
 
 
 def backward_operands(s: _ag.Spec) -> list:
     """``[(slot, shape, element strides)]`` of a backward's operands, in the order its execute
     takes them: q, k, v, o, do, stats, dq, dk, dv."""
-    return [("q", (s.b, s.h_q, s.s_q, s.d), s.q_strides),
-            ("k", (s.b, s.h_kv, s.s_kv, s.d), s.k_strides),
-            ("v", (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides),
-            ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides),
-            ("do", (s.b, s.h_q, s.s_q, s.d_v), s.do_strides),
-            ("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)),
-            ("dq", (s.b, s.h_q, s.s_q, s.d), s.dq_strides),
-            ("dk", (s.b, s.h_kv, s.s_kv, s.d), s.dk_strides),
-            ("dv", (s.b, s.h_kv, s.s_kv, s.d_v), s.dv_strides)]
+    return _sv.physical(s, [("q", (s.b, s.h_q, s.s_q, s.d), s.q_strides),
+                            ("k", (s.b, s.h_kv, s.s_kv, s.d), s.k_strides),
+                            ("v", (s.b, s.h_kv, s.s_kv, s.d_v), s.v_strides),
+                            ("o", (s.b, s.h_q, s.s_q, s.d_v), s.o_strides),
+                            ("do", (s.b, s.h_q, s.s_q, s.d_v), s.do_strides),
+                            ("stats", (s.b, s.h_q, s.s_q, 1), _ag.stats_strides(s)),
+                            ("dq", (s.b, s.h_q, s.s_q, s.d), s.dq_strides),
+                            ("dk", (s.b, s.h_kv, s.s_kv, s.d), s.dk_strides),
+                            ("dv", (s.b, s.h_kv, s.s_kv, s.d_v), s.dv_strides)])
 
 
 # -- what runs a candidate ----------------------------------------------------------------------------
@@ -332,7 +334,7 @@ class SdpaPlanBase(Plan):
         f = self._spec.fp8
         if f is not None and slot in _ag.Fp8._fields:
             return getattr(f, slot)
-        return F32 if slot in ("stats", "mask") else self._spec.dtype
+        return F32 if slot in ("stats", "mask", "alibi_slopes") else self._spec.dtype
 
     # -- Plan hooks ------------------------------------------------------------------------------
     def _problem(self) -> str:
@@ -419,6 +421,7 @@ class SdpaPlanBase(Plan):
             way = "backward" if s.backward else "forward"
             for slot in _ag.FP8_SCALES[way] + _ag.FP8_AMAX[way]:
                 arrays[slot] = to_device(np.ones(1, F32), device=dev, stream=stream)
+        arrays.update(_sv.scratch(s, dev, stream))     # page tables, packed lengths
         vals = {k: a.ptr for k, a in arrays.items()}
         keep = [arrays]
         if s.dropout:
@@ -470,8 +473,9 @@ class SdpaPlanBase(Plan):
         if arr.shape != shape or arr.dtype != dtype:
             raise ValueError(f"{op}: {name} is {arr.dtype} {arr.shape}; the plan was made for "
                              f"{dtype} {shape}")
-        if arr.strides != byte_strides(est, arr.dtype.itemsize) and (
-                packed or not same_steps(elem_strides(arr, name, op), est, shape)):
+        # in bytes, dimension by dimension: packed [tokens, h, d] operands have three
+        want = byte_strides(est, arr.dtype.itemsize)
+        if arr.strides != want and (packed or not same_steps(arr.strides, want, shape)):
             raise ValueError(f"{op}: {name} has byte strides {arr.strides}; the plan was made "
                              f"for element strides {est}")
         if arr.address % ALIGN:
@@ -549,7 +553,9 @@ class SdpaPlanBase(Plan):
         shape, est = self._slot[slot]
         if out is None:
             it = np.dtype(dtype).itemsize
-            buf = alloc_async(it * math.prod(shape), s, dev)
+            # the extent, not the element count: a packed output shares its input's token
+            # stride, which may leave room between rows
+            buf = alloc_async(max(it * math.prod(shape), self._ext[slot][1]), s, dev)
             return DeviceArray.from_buffer(buf, shape, dtype, byte_strides(est, it))
         out = _operand(out, name, op, device=dev, written=True)
         self._match(op, out, name, shape, est, dtype, packed)

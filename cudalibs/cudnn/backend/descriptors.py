@@ -241,7 +241,8 @@ def data_type(dtype) -> int:
 
 
 def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
-           virtual: bool = False, by_value: bool = False) -> BackendDescriptor:
+           virtual: bool = False, by_value: bool = False,
+           ragged_offset: BackendDescriptor | None = None) -> BackendDescriptor:
     """A finalized tensor descriptor.
 
     Parameters
@@ -258,6 +259,10 @@ def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
     by_value : bool
         A scalar passed by value: the variant pack binds a *host* pointer to it, read when
         the plan is executed (an epsilon, a scale).
+    ragged_offset : BackendDescriptor, optional
+        An int32/int64 ``[b + 1, 1, 1, 1]`` tensor of element offsets: batch entry ``n``
+        starts ``offset[n]`` elements from the pointer, replacing the batch stride (packed
+        sequences of different lengths, cuDNN's ``CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC``).
     """
     dims, strides = [int(v) for v in dims], [int(v) for v in strides]
     if len(dims) != len(strides) or not 1 <= len(dims) <= _lib.CUDNN_DIM_MAX:
@@ -277,7 +282,9 @@ def tensor(uid: int, dtype, dims, strides, *, alignment: int = 16,
                  (T.CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, T.CUDNN_TYPE_INT64, int(alignment)),
                  (T.CUDNN_ATTR_TENSOR_IS_VIRTUAL, T.CUDNN_TYPE_BOOLEAN, bool(virtual)),
                  *([(T.CUDNN_ATTR_TENSOR_IS_BY_VALUE, T.CUDNN_TYPE_BOOLEAN, True)]
-                   if by_value else []))
+                   if by_value else []),
+                 *([(T.CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, T.CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                     ragged_offset)] if ragged_offset is not None else []))
 
 
 def convolution(padding, stride, dilation, *, compute=np.float32) -> BackendDescriptor:

@@ -18,13 +18,22 @@ RMS norm::
 
 The backwards differentiate through the statistics (the true gradient of ``y`` with respect
 to ``x``); given saved statistics they use those values, else they recompute them from ``x``.
+With ``dresidual`` (the gradient arriving along a residual stream) they add it to ``dx``.
+
+Add and norm (a pre-norm transformer block's residual stream): :func:`add_layer_norm` and
+:func:`add_rms_norm` first form ``s = x + residual`` the way torch does in the inputs' dtype --
+the sum of the two values widened to float32 (float64 for float64), rounded once to that
+dtype -- and normalise ``s``, returning it beside the results.  Their backward is the plain
+backward with ``s`` as ``x`` and the gradient of ``s`` from downstream as ``dresidual``: the
+one gradient of both ``x`` and ``residual``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"]
+__all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+           "residual_sum", "add_layer_norm", "add_rms_norm"]
 
 
 def _rows(x, weight, normalized_ndim):
@@ -82,16 +91,16 @@ def layer_norm(x, weight, bias=None, eps: float = 1e-5, normalized_ndim: int = 1
 
 
 def layer_norm_backward(dy, x, weight, mean=None, inv_std=None, eps: float = 1e-5,
-                        normalized_ndim: int = 1):
+                        normalized_ndim: int = 1, *, dresidual=None):
     """``(dx, dweight, dbias)`` of :func:`layer_norm` for the output gradient ``dy``.
 
     With ``xhat = (x - mean) * inv_std`` and ``g = dy * weight`` per row::
 
-        dx = inv_std * (g - mean(g) - xhat * mean(g * xhat))
+        dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)) + dresidual
         dweight = sum over rows of dy * xhat,   dbias = sum over rows of dy
 
     ``mean`` / ``inv_std`` (saved by the forward) are recomputed from ``x`` with ``eps`` when
-    not given.
+    not given; ``dresidual`` (x's shape) is zero when not given.
     """
     X, W, _ = _rows(x, weight, normalized_ndim)
     DY = np.asarray(dy).astype(np.float64).reshape(X.shape)
@@ -106,7 +115,7 @@ def layer_norm_backward(dy, x, weight, mean=None, inv_std=None, eps: float = 1e-
     dx = r * (g - g.mean(axis=1, keepdims=True)
               - xhat * (g * xhat).mean(axis=1, keepdims=True))
     wshape = np.shape(weight)
-    return (dx.reshape(np.shape(x)), (DY * xhat).sum(axis=0).reshape(wshape),
+    return (_plus(dx, dresidual, x), (DY * xhat).sum(axis=0).reshape(wshape),
             DY.sum(axis=0).reshape(wshape))
 
 
@@ -127,12 +136,13 @@ def rms_norm(x, weight, eps: float = 1e-5, normalized_ndim: int = 1):
 
 
 def rms_norm_backward(dy, x, weight, inv_rms=None, eps: float = 1e-5,
-                      normalized_ndim: int = 1):
+                      normalized_ndim: int = 1, *, dresidual=None):
     """``(dx, dweight)`` of :func:`rms_norm` for the output gradient ``dy``.
 
     With ``xhat = x * inv_rms`` and ``g = dy * weight`` per row::
 
-        dx = inv_rms * (g - xhat * mean(g * xhat)),   dweight = sum over rows of dy * xhat
+        dx = inv_rms * (g - xhat * mean(g * xhat)) + dresidual
+        dweight = sum over rows of dy * xhat
     """
     X, W, _ = _rows(x, weight, normalized_ndim)
     DY = np.asarray(dy).astype(np.float64).reshape(X.shape)
@@ -142,4 +152,60 @@ def rms_norm_backward(dy, x, weight, inv_rms=None, eps: float = 1e-5,
     xhat = X * r
     g = DY * W
     dx = r * (g - xhat * (g * xhat).mean(axis=1, keepdims=True))
-    return dx.reshape(np.shape(x)), (DY * xhat).sum(axis=0).reshape(np.shape(weight))
+    return _plus(dx, dresidual, x), (DY * xhat).sum(axis=0).reshape(np.shape(weight))
+
+
+def _plus(dx, dresidual, x):
+    """``dx`` in x's shape, plus ``dresidual`` (in float64) when given."""
+    out = dx.reshape(np.shape(x))
+    if dresidual is None:
+        return out
+    d = np.asarray(dresidual).astype(np.float64)
+    if d.shape != out.shape:
+        raise ValueError(f"dresidual has shape {d.shape}, expected {out.shape} (x's)")
+    return out + d
+
+
+def residual_sum(x, residual):
+    """``x + residual`` as torch forms it in their dtype: both widened to float32 (float64
+    for float64 inputs), added, rounded once to the dtype.
+
+    Parameters
+    ----------
+    x, residual : numpy.ndarray
+        Of one shape and one floating dtype (float16, bfloat16, float32 or float64).
+
+    Returns
+    -------
+    numpy.ndarray
+        Of that dtype: exactly what a kernel that adds in float32 and rounds once writes.
+    """
+    x, r = np.asarray(x), np.asarray(residual)
+    if x.shape != r.shape or x.dtype != r.dtype:
+        raise ValueError(f"residual is {r.dtype}{r.shape} but x is {x.dtype}{x.shape}; they "
+                         "must have one shape and one dtype")
+    wide = np.float64 if x.dtype == np.float64 else np.float32
+    with np.errstate(over="ignore"):            # a sum beyond the dtype's range is infinite
+        return (x.astype(wide) + r.astype(wide)).astype(x.dtype)
+
+
+def add_layer_norm(x, residual, weight, bias=None, eps: float = 1e-5,
+                   normalized_ndim: int = 1):
+    """``(y, s, mean, inv_std)``: :func:`layer_norm` of ``s = residual_sum(x, residual)``.
+
+    ``s`` is returned in the inputs' dtype (the next block's residual); the rest as
+    :func:`layer_norm` returns them.  The gradient of ``x`` and of ``residual`` is
+    ``layer_norm_backward(dy, s, weight, mean, inv_std, dresidual=ds)``, where ``ds`` is
+    the gradient of ``s`` from downstream.
+    """
+    s = residual_sum(x, residual)
+    y, mean, inv = layer_norm(s, weight, bias, eps, normalized_ndim)
+    return y, s, mean, inv
+
+
+def add_rms_norm(x, residual, weight, eps: float = 1e-5, normalized_ndim: int = 1):
+    """``(y, s, inv_rms)``: :func:`rms_norm` of ``s = residual_sum(x, residual)`` (see
+    :func:`add_layer_norm`)."""
+    s = residual_sum(x, residual)
+    y, inv = rms_norm(s, weight, eps, normalized_ndim)
+    return y, s, inv
