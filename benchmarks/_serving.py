@@ -4,6 +4,7 @@ and paged caches, and prefill of packed (ragged) batches, beside torch's attenti
 Decode: ``b`` sequences of one query each, grouped-query heads 32:4, ``d = 128``, bfloat16,
 against ``s_kv`` cached keys.  Ours are the plans the one-shots make (the heuristics' first
 engine, no autotuning) of each lowering -- the composite graph and cuDNN's SDPA operation --
+and an autotuned plan ("tuned": every candidate of both lowerings timed, the fastest kept),
 on a contiguous cache (no sequence lengths) and on a paged one (64-token pages shuffled
 through a pool, every sequence full length).  torch is ``F.scaled_dot_product_attention(q,
 k, v, enable_gqa=True)`` on the contiguous cache, the fastest of its default dispatch and its
@@ -54,10 +55,14 @@ def _random(torch, shape, rng):
     return cl.empty(shape, BF16).fill(0.25)
 
 
-def _plan(make):
-    """``(plan, engine name)`` of a plan made and planned by ``make``, or ``(None, why)``."""
+def _plan(make, stream=None, tune=False):
+    """``(plan, engine name)`` of a plan made and planned by ``make`` (with ``tune``, every
+    candidate timed on ``stream`` and the fastest chosen, nothing kept on disk), or ``(None,
+    why)``."""
     try:
         plan = make().plan()
+        if tune:
+            plan.autotune(stream=stream, store=False)
     except (CudaLibsError, ValueError) as exc:
         return None, f"{NA} ({str(exc).splitlines()[0][:60]})"
     return plan, plan.candidates[plan.choice]["name"]
@@ -126,16 +131,19 @@ def decode_row(common, torch, s, ts, b, s_kv, timing):
         torch.cuda.synchronize()
     clock = common.cudalibs_clock(s)
     ours = []           # (label, plan or None, engine or why, fn)
-    for graphs in ("composite", "unified"):
-        plan, name = _plan(lambda g=graphs: attn.SdpaPlan(q, k, v, graphs=(g,),
-                                                          max_candidates=1))
-        ours.append((f"contiguous {graphs}", plan, name,
+    kw = dict(page_table_k=table, seq_lens_q=ones, seq_lens_kv=full)
+    # each lowering's heuristic engine, then every candidate of both lowerings timed
+    for graphs in ("composite", "unified", None):
+        tag = graphs or "tuned"
+        plan, name = _plan(lambda g=graphs: attn.SdpaPlan(q, k, v, graphs=g and (g,),
+                                                          max_candidates=g and 1), s, not graphs)
+        ours.append((f"contiguous {tag}", plan, name,
                      None if plan is None else
                      (lambda p=plan: p.execute(q, k, v, out=o, stream=s))))
-        kw = dict(page_table_k=table, seq_lens_q=ones, seq_lens_kv=full)
-        plan, name = _plan(lambda g=graphs: attn.SdpaPlan(q, pool_k, pool_v, graphs=(g,),
-                                                          max_candidates=1, **kw))
-        ours.append((f"paged {graphs}", plan, name,
+        plan, name = _plan(lambda g=graphs: attn.SdpaPlan(q, pool_k, pool_v, graphs=g and (g,),
+                                                          max_candidates=g and 1, **kw),
+                           s, not graphs)
+        ours.append((f"paged {tag}", plan, name,
                      None if plan is None else
                      (lambda p=plan: p.execute(q, pool_k, pool_v, out=o, stream=s, **kw))))
     cases = [(fn, clock) for _, _, _, fn in ours if fn is not None]
@@ -154,14 +162,16 @@ def decode_row(common, torch, s, ts, b, s_kv, timing):
             i += 1
         print(f"  decode b{b} skv{s_kv} {label}: {name}", file=sys.stderr)
     best_t = min(theirs.items(), key=lambda x: x[1]) if theirs else (NA, None)
-    contig = [times[x] for x in ("contiguous composite", "contiguous unified")
-              if isinstance(times[x], float)]
-    paged = [times[x] for x in ("paged composite", "paged unified") if isinstance(times[x], float)]
+    contig = [times[x] for x in ("contiguous composite", "contiguous unified",
+                                 "contiguous tuned") if isinstance(times[x], float)]
+    paged = [times[x] for x in ("paged composite", "paged unified", "paged tuned")
+             if isinstance(times[x], float)]
     best_c, best_p = min(contig, default=None), min(paged, default=None)
     kv_bytes = 2 * b * s_kv * H_KV * D * 2
     return [f"b{b} skv{s_kv // 1024}k", _us(times["contiguous composite"]),
-            _us(times["contiguous unified"]), _us(times["paged composite"]),
-            _us(times["paged unified"]),
+            _us(times["contiguous unified"]), _us(times["contiguous tuned"]),
+            _us(times["paged composite"]), _us(times["paged unified"]),
+            _us(times["paged tuned"]),
             f"{_us(best_t[1])} ({best_t[0]})" if best_t[1] else NA,
             common.fmt_ratio(best_t[1], best_c) if best_t[1] and best_c else NA,
             common.fmt_ratio(best_t[1], best_p) if best_t[1] and best_p else NA,
@@ -235,18 +245,19 @@ def main_serving(common, torch, torch_peer, dev, s, ts, quick=False) -> int:
     print("## Attention for serving (bfloat16, GQA 32:4, d 128)\n")
     print(f"- device: {dev.name} ({dev.arch}); cuDNN {'.'.join(map(str, cudnn.version()))}"
           f" via cudalibs {cl.__version__}; {torch_peer.name} {torch_peer.version}")
-    print(f"- median of {timing[1]} loops of {timing[0]} calls; our plans' heuristic engines; "
-          "ratios: torch's time over ours (above 1: cudalibs faster)\n")
+    print(f"- median of {timing[1]} loops of {timing[0]} calls; our plans' heuristic engines "
+          "and autotuned plans; ratios: torch's time over ours (above 1: cudalibs faster)\n")
     t0 = time.perf_counter()
-    rows = _rows(t0, 9, [(f"b{b} skv{s_kv // 1024}k",
+    rows = _rows(t0, 11, [(f"b{b} skv{s_kv // 1024}k",
                            lambda b=b, s_kv=s_kv: decode_row(common, torch, s, ts, b, s_kv,
                                                              timing))
                           for b, s_kv in DECODE_ROWS])
     print("### Decode (s_q = 1), latency in us\n")
     print(common.markdown_table(
-        ["problem", "contiguous composite", "contiguous unified", "paged composite",
-         "paged unified", "torch best (backend)", "torch/ours contiguous", "torch/ours paged",
-         "cache GB/s (ours)"], rows, right=set(range(1, 9))))
+        ["problem", "contiguous composite", "contiguous unified", "contiguous tuned",
+         "paged composite", "paged unified", "paged tuned", "torch best (backend)",
+         "torch/ours contiguous", "torch/ours paged", "cache GB/s (ours)"], rows,
+        right=set(range(1, 11))))
     rows = _rows(t0, 7, [(spec[0], lambda spec=spec: prefill_row(common, torch, s, ts, *spec,
                                                                  timing))
                          for spec in PREFILL_ROWS])

@@ -7,6 +7,7 @@ Run from a checkout::
     PYTHONPATH=. python3 benchmarks/grouped.py --quick    # the small shapes only
     PYTHONPATH=. python3 benchmarks/grouped.py --wgrad    # the weight gradient only
     PYTHONPATH=. python3 benchmarks/grouped.py --forward  # the product only (1 and 2)
+    PYTHONPATH=. python3 benchmarks/grouped.py --routing  # the routing only (4)
 
 What is measured
 ----------------
@@ -52,6 +53,15 @@ What is measured
    - the relative difference of the kernel's float32 gradient from the loop's.
 
    TFLOP/s = 2 T K N / time, as above.
+
+4. **Routing** (``--routing`` runs only this): the router's bf16 logits (T, E) to the top-k
+   weights and ids (``kernels.topk_softmax``), then the slots sorted by expert with their
+   offsets (``kernels.moe_routing``), beside torch's usual spelling of the same (softmax in
+   float32, ``topk``, a stable ``argsort`` of the flattened ids, the counts by
+   ``scatter_add`` and their ``cumsum``).  Both sides are captured as one CUDA graph each
+   and the replays timed, so the figure is the GPU's work, not the host's; the ids of the
+   two sides are compared first (as sets per token: bf16 logits often tie, and either side
+   may break a tie).
 
 Ratios are ours/theirs in throughput (above 1: cudalibs faster).  No result is asserted:
 this is a measurement.
@@ -444,6 +454,74 @@ def captured(torch, shapes):
          "torch gmm replay µs", "kernel TFLOP/s", "torch/ours time"], rows, right=range(2, 7))
 
 
+#: (tokens, experts, k) of the routing rows.
+ROUTING = ((8192, 64, 2), (16384, 8, 2), (16384, 128, 8), (65536, 64, 6))
+
+
+def _graph_of(fn, s):
+    """``fn`` (queued on ``s``) captured once; the executable graph, warmed up."""
+    fn()
+    s.sync()
+    with cl.graph.capture(s) as g:
+        fn()
+    exe = g.instantiate()
+    exe.replay(s)
+    return g, exe
+
+
+def routing(torch):
+    rows = []
+    s = cl.Stream()
+    clock = common.cudalibs_clock(s)
+    ts = torch.cuda.Stream()
+    tclock = common.torch_clock(torch, ts)
+    for i, (tokens, experts, k) in enumerate(ROUTING):
+        gen = torch.Generator(device="cuda").manual_seed(i)
+        tl = torch.randn(tokens, experts, device="cuda", dtype=torch.bfloat16, generator=gen)
+        torch.cuda.synchronize()
+        logits = cl.asarray(tl)
+        w, ids = kernels.topk_softmax(logits, k, stream=s)
+        r = kernels.moe_routing(ids, experts, stream=s)
+
+        def ours():
+            kernels.topk_softmax(logits, k, weights=w, ids=ids, stream=s)
+            kernels.moe_routing(ids, experts, out=r, stream=s)
+
+        def theirs():
+            tw, tids = torch.topk(torch.softmax(tl.float(), dim=-1), k, dim=-1)
+            flat = tids.flatten()
+            order = torch.argsort(flat, stable=True)
+            # bincount reads its maximum back to the host, which a graph cannot hold
+            counts = torch.zeros(experts, dtype=flat.dtype, device=flat.device)
+            offs = torch.cumsum(counts.scatter_add_(0, flat, torch.ones_like(flat)), 0)
+            return tw, tids, order, offs
+
+        g, exe = _graph_of(ours, s)
+        with torch.cuda.stream(ts):
+            want = theirs()
+            ts.synchronize()
+            tg = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(tg, stream=ts):
+                theirs()
+        s.sync()
+        # Rows compared as sets: bf16 logits tie often, and a tie may be broken either way.
+        same = np.mean((np.sort(ids.get(stream=s), axis=1)
+                        == np.sort(want[1].cpu().numpy(), axis=1)).all(axis=1))
+        fns = [(lambda: exe.replay(s), clock), (tg.replay, tclock)]
+        with torch.cuda.stream(ts):
+            times = common.time_interleaved(fns, iters=50, repeats=7, warmup=3)
+        ours_us, theirs_us = (common.median_spread(t)[0] * 1e3 for t in times)
+        rows.append([f"T={tokens} E={experts} k={k}", _fmt(ours_us), _fmt(theirs_us),
+                     common.fmt_ratio(theirs_us / ours_us, 1.0), f"{same:.2%}"])
+        exe.close()
+        g.close()
+    s.sync()
+    return common.markdown_table(
+        ["router (bf16 logits)", "ours: topk_softmax + moe_routing µs (graph replay)",
+         "torch: softmax, topk, argsort, counts, cumsum µs (graph replay)", "torch/ours time",
+         "rows with the same experts"], rows, right=range(1, 5))
+
+
 def main(argv=None) -> int:
     ap = common.arg_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="the small layers only")
@@ -451,6 +529,8 @@ def main(argv=None) -> int:
                     help="the weight-gradient rows only (grouped_mm_wgrad)")
     ap.add_argument("--forward", action="store_true",
                     help="the product only: the layers and the captured replays")
+    ap.add_argument("--routing", action="store_true",
+                    help="the routing only: top-k softmax and the sort by expert")
     args = ap.parse_args(argv)
     common.exit_if_no_gpu("benchmarks/grouped.py")
     torch_p = common.load_torch()
@@ -475,11 +555,14 @@ def main(argv=None) -> int:
         ("Captured once, replayed with new device counts", lambda: captured(
             torch, shapes[:1] if args.quick else (shapes[1], shapes[2]))),
         ("Weight gradient, bf16, skewed token counts", lambda: wgrad(torch, wshapes)),
+        ("Routing: top-k softmax and the sort by expert", lambda: routing(torch)),
     ]
     if args.wgrad:
-        sections = sections[2:]
+        sections = sections[2:3]
     elif args.forward:
         sections = sections[:2]
+    elif args.routing:
+        sections = sections[3:]
     for title, run in sections:
         t0 = time.perf_counter()
         try:

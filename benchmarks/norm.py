@@ -21,8 +21,9 @@ over the last dimension, eps 1e-5:
 
 The weight and bias are bfloat16 on both sides (rows marked ``w fp32`` use float32 weights
 on ours, as mixed-precision training keeps them).  Our plans are autotuned once
-(``algo="find"``: every engine cuDNN's heuristics offer, timed by the one timer) before the
-timed loops; the engine chosen is printed under the table.
+(``algo="find"``: every engine cuDNN's heuristics offer, and for the forward the kernel
+library's norm kernel, a candidate of the same plans, timed by the one timer) before the
+timed loops; the engine chosen (``norm.ptx`` for the kernel) is printed under the table.
 
 TB/s counts the bytes a pass must move: forward ``x`` + ``y`` + parameters + statistics;
 backward ``dy`` + ``x`` + ``dx`` + parameters and their gradients + statistics (1 TB = 1e12

@@ -8,7 +8,8 @@ Run::
 Models (each at a small, host-bound size and a size that keeps the GPU busy):
 
 * ``cnn``: the residual CNN of ``examples/cnn_train.py`` (float32, TF32 off on both sides),
-  SGD with momentum;
+  SGD with momentum; twice: with deterministic convolution algorithms only on both sides
+  (the example's default, ``torch.backends.cudnn.deterministic = True``) and with any;
 * ``transformer``: the decoder-only transformer of ``examples/transformer_train.py`` (bfloat16
   activations, float32 master weights), AdamW.
 
@@ -116,7 +117,10 @@ def cnn_rows(torch, iters, repeats):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     rows = []
-    for size, cfg in CNN_SIZES.items():
+    for (size, cfg), det in ((item, det) for item in CNN_SIZES.items() for det in (True, False)):
+        # Both sides search their convolution algorithms under the same rule: only
+        # deterministic ones (the example's default, for bitwise replays), or all of them.
+        torch.backends.cudnn.deterministic = det
         lr, momentum, wd = 0.05, 0.9, 5e-4
         params = E.init_params(0, cfg["channels"], 10, cfg["image"][0])
         rng = np.random.default_rng(0)
@@ -124,7 +128,7 @@ def cnn_rows(torch, iters, repeats):
         yh = rng.integers(0, 10, cfg["batch"]).astype(np.int32)
 
         model = E.ResidualCNN(params, batch=cfg["batch"], image=cfg["image"], lr=lr,
-                              momentum=momentum, weight_decay=wd)
+                              momentum=momentum, weight_decay=wd, deterministic=det)
         s = model.stream
         x, y = cl.to_device(xh, stream=s), cl.to_device(yh, stream=s)
         clock = cudalibs_clock(s)
@@ -148,8 +152,10 @@ def cnn_rows(torch, iters, repeats):
         with torch.cuda.stream(ts):
             t_graph = statistics.median(time_calls(tgraph, tclock, iters=iters,
                                                    repeats=repeats, warmup=3))
-        rows.append(("cnn", size, f"b{cfg['batch']} {cfg['image']} ch{cfg['channels']} fp32",
+        rows.append(("cnn", size, f"b{cfg['batch']} {cfg['image']} ch{cfg['channels']} fp32"
+                     + (", deterministic" if det else ", any algorithm"),
                      eager, replay, t_eager, t_graph))
+    torch.backends.cudnn.deterministic = False
     return rows
 
 

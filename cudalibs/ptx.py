@@ -82,7 +82,11 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         f"grouped90_{dt}_{layout}_{tile}_{out}" for dt in ("bf16", "f16")
         for layout in ("kn", "nk")
         for tile in ("m128n256", "m128n256s", "m128n128", "m128n128s", "m64n256", "m64n256s")
-        for out in (dt, "f32")),
+        for out in (dt, "f32"))
+        + tuple(f"grouped90_wgrad_{dt}_{tile}_{out}" for dt in ("bf16", "f16")
+                for tile in ("m128n256", "m128n256s", "m128n128", "m128n128s", "m64n256",
+                             "m64n256s")
+                for out in (dt, "f32")),
 }
 
 #: The architecture every file is built for unless :data:`TARGETS` names another.

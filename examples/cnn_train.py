@@ -140,12 +140,17 @@ class ResidualCNN:
         Batch-norm running-statistics momentum and epsilon (PyTorch's defaults).
     algo : str
         How the convolutions choose their algorithm (``"find"``: autotuned on first use).
+    deterministic : bool, default True
+        Only deterministic convolution backward algorithms, so that a replayed step gives the
+        bits of an eager one; False lets the search pick among all of them (atomics
+        included), as PyTorch's benchmark mode does unless ``cudnn.deterministic`` is set.
     stream : Stream, optional
         Where everything runs; a new non-blocking stream by default.
     """
 
     def __init__(self, params: dict, *, batch: int, image=(1, 8, 8), lr=0.05, momentum=0.9,
-                 weight_decay=5e-4, bn_momentum=0.1, bn_eps=1e-5, algo="find", stream=None):
+                 weight_decay=5e-4, bn_momentum=0.1, bn_eps=1e-5, algo="find",
+                 deterministic=True, stream=None):
         s = self.stream = stream if stream is not None else cl.Stream()
         self.names = tuple(params)
         self.p = {k: cl.to_device(np.ascontiguousarray(v, np.float32), stream=s)
@@ -156,6 +161,7 @@ class ResidualCNN:
                         for i in BN_LAYERS}
         self.momentum, self.weight_decay = float(momentum), float(weight_decay)
         self.bn_momentum, self.bn_eps, self.algo = float(bn_momentum), float(bn_eps), algo
+        self.deterministic = bool(deterministic)
         self.lr = cl.to_device(np.array([lr], np.float32), stream=s)
         self.batch = batch
         c1 = self.p["conv1.w"].shape[0]
@@ -220,15 +226,16 @@ class ResidualCNN:
 
     def _conv_backward(self, x, dy, name, dx, done):
         """The filter gradient into ``self.grad[name]``, and the input gradient into ``dx``
-        (skipped when None).  Deterministic algorithms: a replayed step gives the bits of an
-        eager one."""
+        (skipped when None).  With :attr:`deterministic`, a replayed step gives the bits of
+        an eager one."""
         s, w = self.stream, self.p[name]
-        cudnn.conv_backward_filter(x, dy, w.shape, padding=1, algo=self.algo, deterministic=True,
-                                   out=self.grad[name], stream=s)
+        cudnn.conv_backward_filter(x, dy, w.shape, padding=1, algo=self.algo,
+                                   deterministic=self.deterministic, out=self.grad[name],
+                                   stream=s)
         done(name)
         if dx is not None:
             cudnn.conv_backward_data(dy, w, x.shape, padding=1, algo=self.algo,
-                                     deterministic=True, out=dx, stream=s)
+                                     deterministic=self.deterministic, out=dx, stream=s)
 
     def _bn_backward(self, i, x, dy, state, dx, grads, done):
         dx, dg, db = cudnn.batch_norm_backward(x, dy, self.p[f"bn{i}.g"], state, out=dx,

@@ -1,6 +1,7 @@
 """What the wrappers of ``grouped.ptx`` share (:mod:`cudalibs.kernels.grouped`): the checks of
 the operands and offsets, the plan base of the two grouped kernels (the product and its weight
-gradient) and the hot path that queues either.
+gradient: their candidates, the Hopper tiles of ``grouped90.ptx`` first where they run, and the
+launch of either kind) and the hot path that queues either.
 
 The kernels move 16 bytes at a time, so every operand's rows are checked for unit stride, a
 row stride of a multiple of 8 elements and 16-byte alignment; sizes are checked against the
@@ -18,6 +19,7 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..driver.array import empty, to_device
 from ..driver.stream import as_stream
+from ..runtime import ptxlib
 from ..runtime.plan import Plan, scratch
 from ._common import F16, array
 
@@ -176,12 +178,15 @@ def limits(op, **sizes):
 
 
 class TiledPlan(Plan):
-    """What the grouped kernels' plans share: their candidates are the kernels' tile heights,
-    the smaller first when the larger's grid would not fill the GPU twice (or the subclass
-    says the groups are small), and they hold no C resource."""
+    """What the grouped kernels' plans share: their candidates are, on compute capability 9.0
+    where the problem allows, the Hopper kernels' tiles (``_hopper``, from
+    :mod:`~cudalibs.kernels.grouped90`), then the sm_80 kernel's tile heights, the smaller
+    first when the larger's grid would not fill the GPU twice (or the subclass says the
+    groups are small); they hold no C resource."""
 
     _tile = None
     _stacked_name = "w"         # the (G, K, N) operand whose layout repr names
+    _hopper = None              # the Hopper candidates (grouped90.Hopper / HopperWgrad)
 
     def _blocks(self, bm: int) -> int:
         raise NotImplementedError
@@ -196,11 +201,17 @@ class TiledPlan(Plan):
                 raise ValueError(f"{op}: {blocks} blocks of {bm} rows exceed the grid's limit "
                                  f"{U31}")
 
-    def _heuristics(self) -> list[dict]:
+    def _sm80_heuristics(self) -> list[dict]:
         sms = self._device.multiprocessor_count
         small = self._small_groups() or self._blocks(128) < 2 * sms
         order = ("m64", "m128") if small else ("m128", "m64")
         return [{"name": f"{TILES[t]}x{BN} tiles", "id": t, "workspace": 0} for t in order]
+
+    def _heuristics(self) -> list[dict]:
+        # The Hopper tiles first where they run (about twice as fast as the sm_80 kernels on
+        # an H100); the sm_80 tiles after them, for autotune to weigh.
+        hopper = self._hopper.candidates() if self._hopper is not None else []
+        return hopper + self._sm80_heuristics()
 
     def _select(self, i: int) -> None:
         self._tile = self._candidates[i]["id"]
@@ -213,6 +224,24 @@ class TiledPlan(Plan):
         return (f"{self.groups} groups, capacity {self.rows} rows, K={self.k} N={self.n} "
                 f"{self.dtype.name}->{self.out_dtype.name} {self._stacked_name} "
                 f"{'kn' if self.kn else 'nk'}")
+
+    def _run(self, tile, args, a_ptr, b_ptr, stream) -> None:
+        """Queue ``tile``'s kernel with the 13 arguments ``args``: a Hopper tile with the
+        tensor maps of its operands at ``a_ptr`` and ``b_ptr`` (the first two arguments), an
+        sm_80 tile on its grid of every tile the problem can have."""
+        if self._hopper is not None and tile in self._hopper.names:
+            if self._hopper.launch(tile, args, a_ptr, b_ptr, stream):
+                return
+            # A tensor map the driver refused (logged): the sm_80 kernel the heuristics rank
+            # first runs the call instead.
+            tile = self._sm80_heuristics()[0]["id"]
+        ptxlib.launch(self._device, self._names[tile], (self._blocks(TILES[tile]), 1, 1),
+                      (THREADS, 1, 1), args, stream)
+
+    def _library_version(self) -> str:
+        # The Hopper tiles offered are part of what a stored choice was made among: a choice
+        # kept on disk before they were offered (or another set of them) is measured again.
+        return "sm_90a " + ",".join(self._hopper.order) if self._hopper is not None else ""
 
     def _tuning_key(self):
         return {"dtype": self.dtype.name, "out": self.out_dtype.name, "rows": self.rows,

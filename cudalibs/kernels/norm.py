@@ -47,9 +47,10 @@ How it runs
 When the rows are 16-byte aligned (``D`` a multiple of 8 for 16-bit types, of 4 for float32,
 every array at a 16-byte boundary) and ``D`` is at most 32768 (16-bit) / 16384 (float32) in
 the forward, 16384 / 8192 in the backward, each row is served by a group of threads (a power
-of two up to 32, or a multiple of 32: :func:`_geometry`) that loads it in 16-byte vectors and
-keeps it in registers as stored: the forward reads ``x`` (and ``residual``) once and writes
-``y`` (and ``residual_out``) once, the least a memory-bound op can move.  Other rows take
+of two up to 32, or a multiple of 32: :func:`cudalibs.runtime.norms.geometry`) that loads it
+in 16-byte vectors and keeps it in registers as stored: the forward reads ``x`` (and
+``residual``) once and writes ``y`` (and ``residual_out``) once, the least a memory-bound op
+can move.  Other rows take
 a kernel for any ``D`` and alignment that walks each row three times (the later passes hit
 the caches): correct for every shape, slower.  Weights, biases and statistics go through the
 read-only cache; the rows are streamed (evict-first loads and stores).
@@ -75,7 +76,6 @@ output over a parameter or a statistic -- is refused.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -83,21 +83,14 @@ from .. import dtypes as _dtypes
 from ..driver.array import DeviceArray, arrays_overlap, empty
 from ..driver.stream import as_stream
 from ..runtime import ptxlib
-from ._common import F32, GRID_X_MAX, HALF_FLOAT, U32_MAX, array, flag, real, same, suffix
+from ..runtime.norms import geometry as _geometry
+from ..runtime.norms import launch_norm_forward, vector_aligned
+from ._common import F32, HALF_FLOAT, U32_MAX, array, flag, real, same, suffix
 
 __all__ = ["NormResult", "layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 
-#: Bytes of one vector load; the aligned kernels need every array at such a boundary.
-_ALIGN = 16
-#: Vectors per thread the forward kernel holds (its ``_v4``), and the largest row group.
-_FWD_NV, _FWD_MAX_TPR = 4, 1024
-#: The backward's vectors per thread, in order of preference, and its largest row group (its
-#: sums of dweight/dbias live in registers: 512 threads keep them there without spilling).
-_BWD_NV, _BWD_MAX_TPR = (2, 4), 512
-#: Threads a forward block fills with rows when a row takes fewer; the backward's.
-_FWD_BLOCK, _BWD_BLOCK = 128, 256
-#: Block of the any-D kernels (one row each), and of the parameter-gradient sums.
-_ANY_THREADS, _SUM_THREADS = 256, 256
+#: Block of the parameter-gradient sums.
+_SUM_THREADS = 256
 #: Blocks per SM of the any-D backward at most: each adds a D-long partial row to the scratch.
 _ANY_BWD_PER_SM = 2
 _F32_MAX = 3.4028234663852886e38
@@ -124,46 +117,6 @@ class NormResult(NamedTuple):
     residual_out: DeviceArray | None
     mean: DeviceArray | None
     rstd: DeviceArray | None
-
-
-class _Geometry(NamedTuple):
-    """A launch shape: the kernel (``"v2"``, ``"v4"`` or ``"any"``), the threads of a row,
-    of a block, and the block's dynamic shared memory in bytes."""
-
-    kind: str
-    tpr: int
-    threads: int
-    shared: int
-
-
-def _threads_per_row(n: int) -> int:
-    """Threads for a row of ``n`` thread-loads: a power of two up to 32 (the row's sums stay
-    inside a warp), else a multiple of 32."""
-    if n <= 32:
-        return 1 << max(0, n - 1).bit_length()
-    return -(-n // 32) * 32
-
-
-@functools.lru_cache(maxsize=1024)
-def _geometry(direction: str, rms: bool, itemsize: int, d: int, aligned: bool) -> _Geometry:
-    """How to launch a row of ``d`` elements of ``itemsize`` bytes (``direction`` "fwd" or
-    "bwd"); ``aligned``: D is a whole number of 16-byte vectors and every array is 16-byte
-    aligned."""
-    if aligned:
-        nvec = d // (_ALIGN // itemsize)
-        if direction == "fwd":
-            tpr = _threads_per_row(-(-nvec // _FWD_NV))
-            if tpr <= _FWD_MAX_TPR:
-                return _Geometry(f"v{_FWD_NV}", tpr, tpr * max(1, _FWD_BLOCK // tpr), 0)
-        else:
-            for nv in _BWD_NV:
-                tpr = _threads_per_row(-(-nvec // nv))
-                if tpr <= _BWD_MAX_TPR:
-                    rows = max(1, _BWD_BLOCK // tpr)
-                    # Several rows of a block add their sums in shared memory (<= 16 KiB).
-                    shared = 0 if rows == 1 else (1 if rms else 2) * d * 4
-                    return _Geometry(f"v{nv}", tpr, tpr * rows, shared)
-    return _Geometry("any", _ANY_THREADS, _ANY_THREADS, 0)
 
 
 #: ``(device ordinal, kernel, threads, shared memory, cap per SM) -> blocks`` of a backward
@@ -278,8 +231,8 @@ def _apart(op: str, written, inputs, others) -> None:
 def _aligned(d: int, x: DeviceArray, *arrays) -> bool:
     """Whether the vector kernels can take the rows: D whole 16-byte vectors, every array
     at a 16-byte boundary."""
-    return d % (_ALIGN // x.dtype.itemsize) == 0 and all(
-        a.address % _ALIGN == 0 for a in (x,) + arrays if a is not None)
+    return vector_aligned(d, x.dtype.itemsize, x.address,
+                          *(a.address for a in arrays if a is not None))
 
 
 def _addr(a) -> int:
@@ -314,13 +267,9 @@ def _forward(op, rms, x, weight, bias, eps, residual, out, residual_out, save_st
     stats = xa.shape[:-1] + (1,)
     mean = _new(stats, F32, dev, s) if save and not rms else None
     rstd = _new(stats, F32, dev, s) if save else None
-    if rows:
-        g = _geometry("fwd", rms, xa.dtype.itemsize, d, _aligned(d, xa, r, y, ro, w, b))
-        grid = (min(-(-rows // (g.threads // g.tpr)), GRID_X_MAX), 1, 1)
-        flags = int(w.dtype == F32) | (int(b is not None and b.dtype == F32) << 1)
-        ptxlib.launch(dev, f"{op}_fwd_{suffix(xa.dtype)}_{g.kind}", grid, (g.threads, 1, 1),
-                      (xa.address, _addr(r), y.address, _addr(ro), w.address, _addr(b),
-                       _addr(mean), _addr(rstd), rows, d, g.tpr, flags, e), s)
+    launch_norm_forward(dev, rms, xa.dtype, xa.address, _addr(r), y.address, _addr(ro),
+                        w.address, w.dtype, _addr(b), None if b is None else b.dtype,
+                        _addr(mean), _addr(rstd), rows, d, e, s)
     return NormResult(y, ro, mean, rstd)
 
 

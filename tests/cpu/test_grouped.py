@@ -1,10 +1,9 @@
 """The grouped GEMMs without a GPU: the device-offsets kernels' builds (sm_80, and sm_90a for
 the Hopper kernels), the loader's refusal of GPUs they cannot run on, the launch arguments of
-``kernels.grouped_mm``'s sm_80 kernel (its Hopper kernels: test_grouped90.py), of its weight
-gradient
-``kernels.grouped_mm_wgrad`` and of ``grouped_mm_backward``'s two launches against the PTX
-signatures, the host arrays and pointer order of ``cublas.gemm_grouped``, and every refusal
-of bad input before any C call.
+``kernels.grouped_mm``'s sm_80 kernel and of its weight gradient ``kernels.grouped_mm_wgrad``'s
+(their Hopper kernels: test_grouped90.py), and of ``grouped_mm_backward``'s two launches
+against the PTX signatures, the host arrays and pointer order of ``cublas.gemm_grouped``, and
+every refusal of bad input before any C call.
 
 Device arrays are stand-ins over fake addresses on fake devices (nothing is dereferenced):
 launches and the cuBLAS call are recorded, not made.
@@ -347,9 +346,10 @@ def test_grouped_mm_refuses_bad_input_before_any_launch(launches):
 
 
 # -- kernels.grouped_mm_wgrad: launch arguments, groups, refusals -------------------------------
-def _wgrad_out(groups, k, n, dtype, layout):
+def _wgrad_out(groups, k, n, dtype, layout, device=DEV):
     """dw's stand-in: (G, K, N) with N contiguous, or the transposed view of a (G, N, K)."""
-    return fake((groups, k, n), dtype) if layout == "kn" else nk(groups, k, n, dtype)
+    return (fake((groups, k, n), dtype, device) if layout == "kn"
+            else nk(groups, k, n, dtype, device))
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16])
@@ -359,12 +359,15 @@ def _wgrad_out(groups, k, n, dtype, layout):
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_grouped_mm_wgrad_launch_arguments(launches, dtype, layout, out_f32, offs_dtype,
                                            cumulative, accumulate):
+    # The sm_80 kernel, on an sm_80 GPU (on 9.0 the Hopper kernels come first:
+    # test_grouped90.py checks their launches).
+    A = AMPERE
     groups, rows, k, n = 5, 1000, 264, 136
-    x = fake((rows, k + 8), dtype)[:, :k]                 # rows padded
-    dy = fake((rows, n + 16), dtype)[:, :n]
+    x = fake((rows, k + 8), dtype, A)[:, :k]              # rows padded
+    dy = fake((rows, n + 16), dtype, A)[:, :n]
     odt = F32 if out_f32 else dtype
-    out = _wgrad_out(groups, k, n, odt, layout)
-    offs = fake((groups + 1 if cumulative else groups,), offs_dtype)
+    out = _wgrad_out(groups, k, n, odt, layout, A)
+    offs = fake((groups + 1 if cumulative else groups,), offs_dtype, A)
     assert kernels.grouped_mm_wgrad(x, dy, offs, out, accumulate=accumulate) is out
     (name, grid, block, args), = launches
     suffix = "bf16" if dtype == BF16 else "f16"
@@ -387,20 +390,23 @@ def test_grouped_mm_wgrad_launch_arguments(launches, dtype, layout, out_f32, off
 
 
 def test_grouped_mm_wgrad_groups_dtypes_and_heuristic(launches):
+    # The sm_80 tiles' order, on an sm_80 GPU (on 9.0 they follow the Hopper tiles, in this
+    # order: test_grouped90.py).
+    A = AMPERE
     rows, k, n = 4096, 256, 256
-    x, dy = fake((rows, k), BF16), fake((rows, n), BF16)
+    x, dy = fake((rows, k), BF16, A), fake((rows, n), BF16, A)
     # G: len(offsets) (torch's G ends), else groups=, else out's first dimension
-    p = kernels.GroupedMMWgrad(x, dy, fake((4,), I32))
+    p = kernels.GroupedMMWgrad(x, dy, fake((4,), I32, A))
     assert (p.groups, p.flags, p.out_dtype) == (4, 0, F32)    # float32 by default
-    p = kernels.GroupedMMWgrad(x, dy, fake((4,), I64), groups=3, out_dtype=BF16)
+    p = kernels.GroupedMMWgrad(x, dy, fake((4,), I64, A), groups=3, out_dtype=BF16)
     assert (p.groups, p.flags, p.out_dtype) == (3, 3, BF16)
-    p = kernels.GroupedMMWgrad(x, dy, fake((4,), I32), fake((3, k, n), F32))
+    p = kernels.GroupedMMWgrad(x, dy, fake((4,), I32, A), fake((3, k, n), F32, A))
     assert (p.groups, p.flags) == (3, 2)
-    # 3 x 2 x 2 tiles of 128: under two waves of 132 SMs, so the 64-row tiles first
+    # 3 x 2 x 2 tiles of 128: under two waves of 108 SMs, so the 64-row tiles first
     assert [c["id"] for c in p.plan().candidates] == ["m64", "m128"]
-    big_x, big_dy = fake((16384, 4096), BF16), fake((16384, 1408), BF16)
-    big_out = fake((8, 4096, 1408), F32)
-    offs = fake((8,), I32)
+    big_x, big_dy = fake((16384, 4096), BF16, A), fake((16384, 1408), BF16, A)
+    big_out = fake((8, 4096, 1408), F32, A)
+    offs = fake((8,), I32, A)
     big = kernels.GroupedMMWgrad(big_x, big_dy, offs, big_out).plan()
     assert [c["id"] for c in big.candidates] == ["m128", "m64"]
     assert "8 groups, capacity 16384 rows, K=4096 N=1408 bfloat16->float32 out kn" in repr(big)
@@ -411,7 +417,7 @@ def test_grouped_mm_wgrad_groups_dtypes_and_heuristic(launches):
     assert name == "grouped_wgrad_bf16_m64_f32" and grid == (8 * 64 * 11, 1, 1)
     assert args[4] == 4
     with pytest.raises(ValueError, match="not the plan's"):
-        big.execute(big_x, big_dy, offs, nk(8, 4096, 1408, F32))
+        big.execute(big_x, big_dy, offs, nk(8, 4096, 1408, F32, A))
     with pytest.raises(ValueError, match="out must be given"):
         big.execute(big_x, big_dy, offs, accumulate=True)
     with pytest.raises(TypeError, match="accumulate must be a bool"):
@@ -421,19 +427,20 @@ def test_grouped_mm_wgrad_groups_dtypes_and_heuristic(launches):
         big.execute(big_x, big_dy, offs, big_out)
     # no rows: zeros written, nothing to add; no K or N: nothing to write
     launches.clear()
-    ex, edy, eo = fake((0, k), BF16), fake((0, n), BF16), fake((2, k, n), F32)
-    kernels.grouped_mm_wgrad(ex, edy, fake((2,), I32), eo)
+    ex, edy, eo = fake((0, k), BF16, A), fake((0, n), BF16, A), fake((2, k, n), F32, A)
+    kernels.grouped_mm_wgrad(ex, edy, fake((2,), I32, A), eo)
     assert len(launches) == 1
-    kernels.grouped_mm_wgrad(ex, edy, fake((2,), I32), eo, accumulate=True)
-    kernels.grouped_mm_wgrad(fake((64, 0), BF16), fake((64, n), BF16), fake((2,), I32),
-                             fake((2, 0, n), F32))
+    kernels.grouped_mm_wgrad(ex, edy, fake((2,), I32, A), eo, accumulate=True)
+    kernels.grouped_mm_wgrad(fake((64, 0), BF16, A), fake((64, n), BF16, A),
+                             fake((2,), I32, A), fake((2, 0, n), F32, A))
     assert len(launches) == 1
 
 
 @pytest.mark.parametrize("device", [AMPERE, DEV], ids=["sm80", "sm90"])
 def test_grouped_mm_backward_is_two_launches(monkeypatch, launches, maps, device):
     """dx = dy @ w[g]^T (grouped_mm on w's transposed view, into a zeroed dx), then dw; on
-    compute capability 9.0 the first is a Hopper kernel's, with the maps of dy and of w^T."""
+    compute capability 9.0 both are Hopper kernels', with the maps of dy and of w^T, then of
+    x and dy."""
     g, rows, k, n = 3, 500, 64, 136
     x, dy = fake((rows, k), BF16, device), fake((rows, n), BF16, device)
     w = fake((g, k, n), BF16, device)
@@ -456,17 +463,23 @@ def test_grouped_mm_backward_is_two_launches(monkeypatch, launches, maps, device
                             n, n, k * n, k)
     if device is DEV:
         # the product's K is n, its N is k; w^T is (G, n, k) with n contiguous: "nk", dims
-        # {n, k, G} innermost first
+        # {n, k, G} innermost first; then dw = x^T dy: x {k, rows} and dy {n, rows} by 64 x 64
         assert [m[1:5] for m in maps] == [
             (dy.address, (n, rows), (2 * n,), (64, 128)),
-            (w.address, (n, k, g), (2 * n, 2 * k * n), (64, 256, 1))]
+            (w.address, (n, k, g), (2 * n, 2 * k * n), (64, 256, 1)),
+            (x.address, (k, rows), (2 * k,), (64, 64)),
+            (dy.address, (n, rows), (2 * n,), (64, 64))]
         assert mm_args[13:] == (fake_map(dy.address, 1), fake_map(w.address, 2))
+        assert wg == "grouped90_wgrad_bf16_m128n256_f32"
+        assert wg_args[13:] == (fake_map(x.address, 3), fake_map(dy.address, 4))
     else:
         assert len(mm_args) == 13 and maps == []
+        assert wg.startswith("grouped_wgrad_bf16_") and wg.endswith("_f32")
+        assert len(wg_args) == 13
     _packs(mm, mm_args)
-    assert wg.startswith("grouped_wgrad_bf16_") and wg.endswith("_f32")
-    assert wg_args == (x.address, dy.address, dw.address, offs.address, 3, g, rows, k, n, k,
-                       n, k * n, n)
+    _packs(wg, wg_args)
+    assert wg_args[:13] == (x.address, dy.address, dw.address, offs.address, 3, g, rows, k, n,
+                            k, n, k * n, n)
     plan_cache.clear(kernels.GROUPED_MM_KEY.name)
 
 

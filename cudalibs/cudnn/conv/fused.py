@@ -84,6 +84,9 @@ class ConvBiasActPlan(ConvForwardPlan):
 
     op = "fused"
     legacy_op = "forward"
+    # Its legacy candidates fuse bias and activation differently (one algorithm for an
+    # activation): offered only when the graph API has no engine.
+    legacy_alongside = False
     kind = "cudnn_conv_bias_act"
 
     def __init__(self, x, w, *, activation="relu", with_z=False, alpha=1.0, alpha2=1.0,

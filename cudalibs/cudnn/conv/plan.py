@@ -13,6 +13,8 @@ executed as often as wanted, from any number of threads at once::
 (backend) API first (engines the legacy API lacks: Hopper kernels, runtime fusion), else --
 float64, an explicit legacy algorithm, other ``alpha``/``beta``, ``Options.conv_graph_api`` off, or no
 engine taking the problem -- the legacy algorithms, with the reason kept in :attr:`fallback`.
+A graph plan of a plain convolution lists the legacy algorithms after its engines, for the
+autotune to weigh (some kernels, such as float32 Winograd, exist only there).
 :meth:`~cudalibs.runtime.plan.Plan.autotune` times them with the one timer
 (:func:`~cudalibs.runtime.plan.time_candidates`) on scratch inputs and keeps the choice in the
 tuning store, so the next process picks it without timing.  A graph plan whose call brings
@@ -29,6 +31,7 @@ import numpy as np
 
 from ...driver.args import int_tuple
 from ...driver.stream import as_stream
+from ...errors import CudaLibsError
 from ...runtime import log as _log
 from ...runtime.operand import operands as _operands
 from ...runtime.options import options as _current_options
@@ -214,6 +217,8 @@ class ConvPlan(Plan):
     tune_flush_l2 = False
     op = ""
     legacy_op = ""
+    #: Whether a graph plan's candidates include the legacy algorithms after its engines.
+    legacy_alongside = True
     names = ("a", "b")
 
     # -- construction ----------------------------------------------------------------------------
@@ -290,7 +295,9 @@ class ConvPlan(Plan):
                 "alpha": self._alpha, "beta": self._beta, "graph": self._graph,
                 # "find" and "heuristic" offer the same candidates; a named algorithm, one
                 "algo": self._algo if not isinstance(self._algo, str) else "search",
-                "max_candidates": self._max, "l2": "warm", **self._tuning_extra()}
+                "max_candidates": self._max, "l2": "warm",
+                "legacy_alongside": self._graph and self.legacy_alongside,
+                **self._tuning_extra()}
 
     def _tuning_extra(self) -> dict:
         return {}
@@ -319,6 +326,18 @@ class ConvPlan(Plan):
         extra_c, extra_o = self._extra_candidates(h, bool(cands))
         cands += extra_c
         objs += extra_o
+        if cands and self.legacy_alongside:
+            # The legacy API still has kernels no graph engine offers for some problems
+            # (float32 Winograd for 3x3 backward data: 0.56x the time of the best graph
+            # engine on an H100), so an autotune weighs them too.  After the graph
+            # candidates: the heuristic choice stays the graph API's first engine.
+            try:
+                leg_c, leg_o = self._legacy_candidates(h)
+            except CudaLibsError:
+                last_error_string()
+                leg_c, leg_o = [], []
+            cands += leg_c[:self._max]
+            objs += leg_o[:self._max]
         if not cands:
             cands, objs = self._legacy_candidates(h)
             if self._fallback:

@@ -266,6 +266,47 @@ def test_tf32_math_is_opt_in(device, rng):
     T.assert_close(y, want, np.float32, msg=_plan_note("forward"))
 
 
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_every_candidate_of_a_graph_plan_runs_right(device, rng, backend, op):
+    """A graph-searched plan lists the legacy algorithms after its engines; whichever the
+    autotune picks must compute the same thing, eagerly and replayed from a CUDA graph."""
+    xh, x = rand((4, 16, 12, 12), "float32", rng)
+    wh, w = rand((16, 16, 3, 3), "float32", rng)
+    dyh, dy = rand((4, 16, 12, 12), "float32", rng)
+    if op == "forward":
+        plan = cudnn.ConvForwardPlan(x, w, padding=1, max_candidates=2)
+        args, want = (x, w), ref.conv_forward(xh, wh, padding=1)
+    elif op == "backward_data":
+        plan = cudnn.ConvBackwardDataPlan(dy, w, x.shape, padding=1, max_candidates=2)
+        args, want = (dy, w), ref.conv_backward_data(dyh, wh, x.shape, padding=1)
+    else:
+        plan = cudnn.ConvBackwardFilterPlan(x, dy, w.shape, padding=1, max_candidates=2)
+        args, want = (x, dy), ref.conv_backward_filter(xh, dyh, w.shape, padding=1)
+    kinds = [c["backend"] for c in plan.plan().candidates]
+    if backend == "graph" and not plan.fallback:
+        assert kinds[0] == "graph" and "legacy" in kinds, kinds
+    else:
+        assert set(kinds) == {"legacy"}, kinds
+    s = cl.Stream(device)
+    for i, c in enumerate(plan.candidates):
+        plan.select(i)
+        out, out2 = poisoned(want.shape, np.float32), poisoned(want.shape, np.float32)
+        device.synchronize()            # the poison is written before s runs
+        plan.execute(*args, out=out, stream=s)
+        s.sync()                        # the checks read on another stream
+        T.assert_close(out, want, np.float32, msg=f"candidate {c['id']}")
+        with cl.graph.capture(s) as g:
+            plan.execute(*args, out=out2, stream=s)
+        exe = g.instantiate()
+        exe.replay(s)
+        s.sync()
+        T.assert_close(out2, want, np.float32, msg=f"candidate {c['id']}, replayed")
+        exe.close()
+        g.close()
+    plan.close()
+    s.close()
+
+
 def _cached():
     """``{raw key: plan}`` of the cached convolution plans."""
     return {e.raw_key: e.plan for e in cudnn.algo_cache()}
@@ -291,10 +332,13 @@ def test_plan_is_cached_and_find_never_touches_out(device, rng, backend):
     assert len(plans2) == 2
     (plan2,) = [v for v in plans2.values() if v is not plan]
     if backend == "graph":
-        # a graph plan, or a legacy one that says why the graph API could not serve it
-        assert plan2.backend == "graph" or plan2.fallback, repr(plan2)
+        # graph engines first (then the legacy algorithms, which an autotune weighs too), or
+        # legacy ones only with the reason the graph API could not serve the problem
+        kinds = [c["backend"] for c in plan2.candidates]
+        assert kinds[0] == "graph" or plan2.fallback, repr(plan2)
+        assert kinds == sorted(kinds, key=lambda k: k != "graph"), kinds
     else:
-        assert plan2.backend == "legacy"
+        assert {c["backend"] for c in plan2.candidates} == {"legacy"}
     n_desc = cudnn.descriptor_cache_size()
     for _ in range(3):
         cudnn.conv_forward(x, w, padding=1, out=out)

@@ -374,6 +374,92 @@ def test_threads_match_serial_bitwise(device, rng):
         lambda s: bplan.execute(dy, x, w, m, r, stream=s)])
 
 
+# -- the norm.ptx kernel as a candidate of the forward plans ----------------------------------
+def _forward_ref(mode, xh, wh, bh):
+    return ref.layer_norm(xh, wh, bh) if mode == "layer" else ref.rms_norm(xh, wh)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("mode", ["layer", "rms"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_float32_weights_run_the_kernel_first_and_every_candidate_is_right(device, rng, dtype,
+                                                                           mode, training):
+    """float32 weights on 16-bit data: the heuristic choice is the norm.ptx kernel (cuDNN has
+    only its generic engine there); every candidate, kernel or engine, computes the same
+    normalisation, and the one-shot runs the kernel."""
+    bias = mode == "layer"
+    shape, (xh, x), (wh, w), (bh, b) = _problem(rng, (3, 37), 1024, dtype, "float32", bias)
+    plan = LN.NormForwardPlan(x, w, b, mode=mode, training=training).plan()
+    assert plan.candidates[0]["backend"] == "kernel" and plan.engine == "norm.ptx", repr(plan)
+    want = _forward_ref(mode, xh, wh, bh)
+    npd = np_dtype(dtype)
+    n = (3 if mode == "layer" else 2) if training else 1
+    for i, c in enumerate(plan.candidates):
+        plan.select(i)
+        outs = (poisoned(shape, npd),) + tuple(poisoned(want[1].shape, np.float32)
+                                               for _ in range(n - 1))
+        got = plan.execute(x, w, b, out=outs if training else outs[0])
+        got = got if training else (got,)
+        names = ("y", "mean", "inv_std") if mode == "layer" else ("y", "inv_rms")
+        for g_, wnt, name in zip(got, want, names):
+            _close(g_, wnt, dtype if name == "y" else "float32", f"{c['id']} {name}")
+    one = (LN.layer_norm(x, w, b, training=training) if mode == "layer"
+           else LN.rms_norm(x, w, training=training))
+    _close(one[0] if training else one, want[0], dtype, "one-shot y")
+    (entry,) = [e for e in LN.norm_cache() if e.key["weight_dtype"] == "float32"
+                and e.key["dtype"] == np.dtype(np_dtype(dtype)) and e.key["x_shape"] == shape
+                and e.key["mode"] == mode and e.key["training"] == training]
+    assert entry.plan.engine == "norm.ptx"
+    plan.close()
+
+
+def test_same_dtype_weights_offer_the_kernel_after_the_engines(device, rng):
+    shape, (xh, x), (wh, w), (bh, b) = _problem(rng, (64,), 768, "bfloat16", "bfloat16")
+    plan = LN.NormForwardPlan(x, w, b, training=True).plan()
+    kinds = [c["backend"] for c in plan.candidates]
+    assert kinds[0] == "graph" and kinds[-1] == "kernel" and kinds.count("kernel") == 1, kinds
+    plan.select(len(kinds) - 1)
+    y, m, r = plan.execute(x, w, b)
+    for got, want, name in zip((y, m, r), ref.layer_norm(xh, wh, bh), ("y", "mean", "rstd")):
+        _close(got, want, "bfloat16" if name == "y" else "float32", f"kernel {name}")
+    plan.close()
+
+
+@pytest.mark.parametrize("mode", ["layer", "rms"])
+def test_kernel_candidate_replays_in_a_cuda_graph_and_threads_match(device, rng, mode):
+    s = cl.Stream()
+    shape = (256, 2048)
+    bias = mode == "layer"
+    _, (xh, x), (wh, w), (bh, b) = _problem(rng, (256,), 2048, "bfloat16", "float32", bias)
+    plan = LN.NormForwardPlan(x, w, b, mode=mode, training=True)
+    assert plan.engine == "norm.ptx"
+    n_stats = 2 if mode == "layer" else 1
+    outs = (cl.empty(shape, x.dtype),) + tuple(cl.empty((256, 1), np.float32)
+                                               for _ in range(n_stats))
+    plan.execute(x, w, b, out=outs, stream=s)
+    s.sync()
+    with cl.graph.capture(s) as g:
+        plan.execute(x, w, b, out=outs, stream=s)
+    exe = g.instantiate()
+    for _ in range(2):
+        xh, xn = rand(shape, "bfloat16", rng)
+        x.copy_(xn, stream=s)
+        for o in outs:
+            o.fill(T.poison_value(o.dtype), stream=s)
+        exe.replay(s)
+        s.sync()
+        want = _forward_ref(mode, xh, wh, bh)
+        _close(outs[0], want[0], "bfloat16", "replayed y")
+        _close(outs[-1], want[-1], "float32", "replayed inverse deviation")
+    exe.close()
+    g.close()
+    s.close()
+    call = (lambda s_: LN.layer_norm(x, w, b, training=True, stream=s_)) if bias else (
+        lambda s_: LN.rms_norm(x, w, training=True, stream=s_))
+    match_serial(device, [call, lambda s_: plan.execute(x, w, b, stream=s_)])
+    plan.close()
+
+
 # -- bad input -------------------------------------------------------------------------------
 def test_bad_input_raises_clearly(device, rng):
     _, x = rand((8, 256), "float16", rng)

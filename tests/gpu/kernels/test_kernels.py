@@ -89,8 +89,10 @@ def test_every_entry_loads_and_fits_its_block(device, stem):
         k = ptxlib.kernel(device, name)
         assert k.max_threads_per_block >= largest_block, (name, k.attributes())
         if stem == "grouped90":
+            # grouped90_{dt}_{layout}_{tile}_{out} and grouped90_wgrad_{dt}_{tile}_{out}
             tile, out = name.split("_")[3], name.split("_")[4]
-            smem = grouped90.smem_bytes(tile, 4 if out == "f32" else 2)
+            size = grouped90.wgrad_smem_bytes if "_wgrad_" in name else grouped90.smem_bytes
+            smem = size(tile, 4 if out == "f32" else 2)
             optin = device.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
             assert smem + k.shared_size_bytes <= optin, (name, smem, optin)
         print(name, k.attributes())
