@@ -251,27 +251,41 @@ class TiledPlan(Plan):
     @contextlib.contextmanager
     def _runner(self, stream):
         # Scratch operands of the plan's layouts (x, then w or dy: layout[:5]; out's strides
-        # last), offsets of groups of equal size.
+        # last).  Each run is two calls: groups of equal size, and skewed ones (shares 1/rank,
+        # as a router without balancing makes them).  The tiles rank differently on the two --
+        # on an H100 at 64 experts, 4096 -> 14336, 16384 rows, the staged 128x256 tile is 5%
+        # slower than the plain one on equal groups and 23% faster on skewed ones -- and the
+        # sum picks the tile that is never far off.
         dev = self._device
         xs, xst, _, bs, bst = self.layout[:5]
         x = scratch(xs, self.dtype, dev, stream, xst)
         b = scratch(bs, self.dtype, dev, stream, bst)
         out = scratch(self._out_shape, self.out_dtype, dev, stream, self.layout[-1])
         n_offs, odt = self.offsets_desc
-        even = np.linspace(0, self.rows, self.groups + 1).astype(np.int64)
-        offs = to_device((even if n_offs == self.groups + 1 else even[1:]).astype(odt),
-                         device=dev, stream=stream)
+        offs = [to_device((e if n_offs == self.groups + 1 else e[1:]).astype(odt), device=dev,
+                          stream=stream) for e in timing_ends(self.rows, self.groups)]
         cands = self._candidates
 
         def run(i):
-            self._launch(cands[i]["id"], x.address, b.address, offs.address, out.address,
-                         stream)
+            for o in offs:
+                self._launch(cands[i]["id"], x.address, b.address, o.address, out.address,
+                             stream)
 
         try:
             yield run
         finally:
-            for a in (x, b, out, offs):
+            for a in (x, b, out, *offs):
                 a.close()
+
+
+def timing_ends(rows: int, groups: int) -> tuple:
+    """The two group layouts a grouped plan is timed on, as ``groups + 1`` int64 boundaries
+    from 0 to ``rows``: equal groups, and groups sized in proportion to ``1 / rank``."""
+    even = np.linspace(0, rows, groups + 1).astype(np.int64)
+    share = 1.0 / np.arange(1, groups + 1)
+    counts = np.floor(rows * share / share.sum()).astype(np.int64)
+    counts[0] += rows - counts.sum()
+    return even, np.concatenate([[0], np.cumsum(counts)])
 
 
 def release_nothing() -> None:

@@ -780,3 +780,16 @@ def test_gemm_grouped_per_group_queues_one_prepared_gemm_per_product(monkeypatch
     plans = list(p._children)
     p.close()
     assert all(gp.closed for gp in plans)
+
+
+@pytest.mark.parametrize("rows, groups", [(16384, 64), (8192, 8), (5, 8), (0, 3), (100, 1)])
+def test_autotune_times_equal_and_skewed_groups(rows, groups):
+    from cudalibs.kernels._grouped import timing_ends
+    even, skewed = timing_ends(rows, groups)
+    for ends in (even, skewed):
+        assert ends.shape == (groups + 1,) and ends[0] == 0 and ends[-1] == rows
+        assert (np.diff(ends) >= 0).all()
+    sizes = np.diff(skewed)
+    if rows >= 16 * groups:
+        # the first group is the largest, the shares fall as 1/rank
+        assert sizes[0] == sizes.max() and sizes[0] > 2 * sizes[-1] or groups == 1
